@@ -1,0 +1,28 @@
+# Dependencies, all from Debian packages or the CUDA install (scripts/setup.sh installs them).
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(fmt REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(HDF5 REQUIRED COMPONENTS C)
+# Static Boost.Program_options: the GPU machine's image has no Boost libraries (DESIGN.md 6).
+set(Boost_USE_STATIC_LIBS ON)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(doctest REQUIRED)
+
+# CUDA is optional: the project configures, builds and tests without it.
+set(FP8MOE_HAVE_CUDA OFF)
+if(FP8MOE_ENABLE_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # sm_90a: wgmma and setmaxnreg need the arch-specific target (HOPPER.md).
+      set(CMAKE_CUDA_ARCHITECTURES 90a)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(FP8MOE_HAVE_CUDA ON)
+  endif()
+endif()
+find_package(NCCL)

@@ -1,0 +1,90 @@
+#pragma once
+// Grouped GEMM passes (DESIGN.md 3.5) in every CPU arithmetic mode (DESIGN.md 3.6).
+//
+// | pass  | math (per expert e, rows grouped by offs) | lhs quantization        | rhs quantization          |
+// |-------|-------------------------------------------|-------------------------|---------------------------|
+// | fwd   | out_e (M_e,N) = A_e . W_e^T               | A 1x128 along K         | W 128x128                 |
+// | dgrad | dA_e (M_e,K)  = dOut_e . W_e              | dOut 1x128 along N      | W 128x128, (E,K,N) layout |
+// | wgrad | dW_e (N,K)    = dOut_e^T . A_e            | dOut^T 1x128 along M_e  | A 128x1 along M_e         |
+//
+// Outputs are returned as double tensors holding the rounded output values (bf16 by default, fp32
+// or unrounded fp64 on request), so every mode compares with every other without conversions.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reference/quantize.hpp"
+#include "reference/tensor.hpp"
+
+namespace fp8moe {
+
+enum class Pass : std::uint8_t { fwd, dgrad, wgrad };
+enum class Mode : std::uint8_t { hp64, bf16, exact, torchao_emulated, promote_fp32 };
+// Promotion order of promote-fp32 (sa: lhs block scale, sb: rhs block scale, P: block partial):
+//   deepgemm: acc = fmaf(fl32(sa*sb), P, acc)      cublas: acc = fmaf(fl32(P*sa), sb, acc)
+enum class Promotion : std::uint8_t { deepgemm, cublas };
+enum class OutDtype : std::uint8_t { bf16, fp32, fp64 };
+
+struct GemmOptions {
+  Mode mode = Mode::promote_fp32;
+  Promotion promotion = Promotion::deepgemm;
+  OutDtype out = OutDtype::bf16;
+  QuantOptions quant;
+  bool pad = false;  // token-group padding (DESIGN.md 3.4); outputs are unpadded
+};
+
+bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32
+
+// Passes on high-precision inputs. A (M,K), W (E,N,K), dOut (M,N); offs (E) cumulative ends.
+TensorD grouped_fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt);
+TensorD grouped_dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt);
+TensorD grouped_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt);
+
+// Passes on already quantized operands (exact and promote-fp32 only), for callers that quantize
+// once and reuse, or move quantized operands between ranks.
+//   fwd:   A_q 1x128 (M,K),            W_q grouped fwd (E,N,K)
+//   dgrad: dOut_q 1x128 (M,N),         W_q grouped dgrad (E,K,N)
+//   wgrad: dOutT_q kgrouped-lhs (N,M), A_q kgrouped-rhs (M,K)
+TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt);
+TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt);
+TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt);
+
+// One quantized operand of one expert, seen as a (rows, kc) matrix contracted along kc:
+//   code(r, k)  = codes[r * rs + k * ks]
+//   s_inv(r, b) = scales[(r / rblock) * srs + b * sks]   for the k-block b = k / B
+struct BlockOperand {
+  const std::uint8_t* codes = nullptr;
+  std::int64_t rs = 0, ks = 0;
+  const float* scales = nullptr;
+  std::int64_t srs = 0, sks = 0;
+  int rblock = 1;
+  std::int64_t rows = 0;
+};
+
+// C (L.rows, R.rows) = sum over k-blocks of the blockwise products, combined per `opt.mode`
+// (exact or promote_fp32); C is written with row stride ldc. kc must be a multiple of B.
+void block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
+                const GemmOptions& opt);
+// The same through the plain scalar path (any format; int128 block partials): the oracle-free
+// reference the fast path is held against in tests.
+void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C,
+                       std::int64_t ldc, const GemmOptions& opt);
+
+const char* pass_name(Pass p);
+const char* mode_name(Mode m);
+const char* promotion_name(Promotion p);
+const char* out_dtype_name(OutDtype d);
+Pass parse_pass(const std::string& s);
+Mode parse_mode(const std::string& s);
+Promotion parse_promotion(const std::string& s);
+OutDtype parse_out_dtype(const std::string& s);
+// "promote-fp32" with the promotion order, e.g. "promote-fp32/cublas"; other modes their name.
+std::string mode_label(Mode m, Promotion p);
+
+}  // namespace fp8moe

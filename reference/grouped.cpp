@@ -1,0 +1,368 @@
+// The three grouped passes: padding, quantization, and dispatch of each expert's GEMM to the mode.
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "reference/gemm.hpp"
+#include "reference/groups.hpp"
+
+namespace fp8moe {
+
+bool is_quantized(Mode m) { return m == Mode::exact || m == Mode::torchao_emulated || m == Mode::promote_fp32; }
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::fwd: return "fwd";
+    case Pass::dgrad: return "dgrad";
+    case Pass::wgrad: return "wgrad";
+  }
+  return "?";
+}
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::hp64: return "hp64";
+    case Mode::bf16: return "bf16";
+    case Mode::exact: return "exact";
+    case Mode::torchao_emulated: return "torchao-emulated";
+    case Mode::promote_fp32: return "promote-fp32";
+  }
+  return "?";
+}
+const char* promotion_name(Promotion p) { return p == Promotion::deepgemm ? "deepgemm" : "cublas"; }
+const char* out_dtype_name(OutDtype d) {
+  return d == OutDtype::bf16 ? "bf16" : d == OutDtype::fp32 ? "fp32" : "fp64";
+}
+std::string mode_label(Mode m, Promotion p) {
+  return m == Mode::promote_fp32 ? std::string(mode_name(m)) + "/" + promotion_name(p) : mode_name(m);
+}
+
+Pass parse_pass(const std::string& s) {
+  for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
+    if (s == pass_name(p)) return p;
+  }
+  fail("unknown pass '", s, "': use fwd, dgrad or wgrad");
+}
+Mode parse_mode(const std::string& s) {
+  for (Mode m : {Mode::hp64, Mode::bf16, Mode::exact, Mode::torchao_emulated, Mode::promote_fp32}) {
+    if (s == mode_name(m)) return m;
+  }
+  if (s == "hopper-tc") fail("mode 'hopper-tc' is not implemented on the CPU yet: use hp64, bf16, exact, torchao-emulated or promote-fp32");
+  fail("unknown mode '", s, "': use hp64, bf16, exact, torchao-emulated or promote-fp32");
+}
+Promotion parse_promotion(const std::string& s) {
+  if (s == "deepgemm") return Promotion::deepgemm;
+  if (s == "cublas") return Promotion::cublas;
+  fail("unknown promotion order '", s, "': use deepgemm or cublas");
+}
+OutDtype parse_out_dtype(const std::string& s) {
+  if (s == "bf16") return OutDtype::bf16;
+  if (s == "fp32") return OutDtype::fp32;
+  if (s == "fp64") return OutDtype::fp64;
+  fail("unknown output dtype '", s, "': use bf16, fp32 or fp64");
+}
+
+namespace {
+
+using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapF = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// Round every element to bf16 (identity on bf16-valued data).
+TensorF to_bf16(const TensorF& x) {
+  TensorF y = x;
+  for (float& v : y.data) v = round_bf16(v);
+  return y;
+}
+
+// torchao's emulated path: bf16(code) * bf16(s_inv), rounded to bf16.
+TensorF dequantize_bf16(const Quantized& q) {
+  TensorF out(q.codes.shape);
+  const std::int64_t E = q.codes.rank() == 3 ? q.codes.dim(0) : 1;
+  const std::int64_t R = q.codes.dim(q.codes.rank() - 2), C = q.codes.dim(q.codes.rank() - 1);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t e = 0; e < E; ++e) {
+    for (std::int64_t r = 0; r < R; ++r) {
+      for (std::int64_t c = 0; c < C; ++c) {
+        const std::size_t i = static_cast<std::size_t>((e * R + r) * C + c);
+        out.data[i] = round_bf16(round_bf16(fp8_decode(q.codes.data[i], q.format)) * round_bf16(q.scale_at(e, r, c)));
+      }
+    }
+  }
+  return out;
+}
+
+// Wide (fp64) grouped GEMM on high-precision values; with `round` the result is rounded once to
+// the output dtype (the bf16 mode, like torch._grouped_mm), otherwise left in fp64 (hp64).
+// Operand views: lhs rows of each expert (rows, kc) and rhs (cols, kc), given as Eigen maps.
+OutDtype wide_out(const GemmOptions& opt) { return opt.mode == Mode::hp64 ? OutDtype::fp64 : opt.out; }
+
+double round_to(double v, OutDtype d) {
+  if (d == OutDtype::bf16) return round_bf16(v);
+  if (d == OutDtype::fp32) return static_cast<double>(static_cast<float>(v));
+  return v;
+}
+
+void round_all(TensorD& t, OutDtype d) {
+  if (d == OutDtype::fp64) return;
+  for (double& v : t.data) v = round_to(v, d);
+}
+
+TensorD wide_fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs) {
+  const std::int64_t M = A.dim(0), K = A.dim(1), N = W.dim(1);
+  TensorD out({M, N}, 0.0);
+  std::int64_t s = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    const std::int64_t Me = offs[e] - s;
+    if (Me > 0) {
+      MapF a(A.ptr() + s * K, Me, K), w(W.ptr() + static_cast<std::int64_t>(e) * N * K, N, K);
+      Eigen::Map<MatD>(out.ptr() + s * N, Me, N).noalias() = a.cast<double>() * w.cast<double>().transpose();
+    }
+    s = offs[e];
+  }
+  return out;
+}
+
+TensorD wide_dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs) {
+  const std::int64_t M = dOut.dim(0), N = W.dim(1), K = W.dim(2);
+  TensorD out({M, K}, 0.0);
+  std::int64_t s = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    const std::int64_t Me = offs[e] - s;
+    if (Me > 0) {
+      MapF g(dOut.ptr() + s * N, Me, N), w(W.ptr() + static_cast<std::int64_t>(e) * N * K, N, K);
+      Eigen::Map<MatD>(out.ptr() + s * K, Me, K).noalias() = g.cast<double>() * w.cast<double>();
+    }
+    s = offs[e];
+  }
+  return out;
+}
+
+TensorD wide_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs) {
+  const std::int64_t N = dOut.dim(1), K = A.dim(1), E = static_cast<std::int64_t>(offs.size());
+  TensorD out({E, N, K}, 0.0);
+  std::int64_t s = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+    if (Me > 0) {
+      MapF g(dOut.ptr() + s * N, Me, N), a(A.ptr() + s * K, Me, K);
+      Eigen::Map<MatD>(out.ptr() + e * N * K, N, K).noalias() = g.cast<double>().transpose() * a.cast<double>();
+    }
+    s = offs[static_cast<std::size_t>(e)];
+  }
+  return out;
+}
+
+void check_shapes(const char* pass, const TensorF& act, const char* act_name, std::int64_t act_cols,
+                  std::span<const std::int32_t> offs) {
+  if (act.rank() != 2) fail(pass, ": ", act_name, " must be 2-D, got shape ", shape_str(act.shape));
+  if (act.dim(1) != act_cols) {
+    fail(pass, ": ", act_name, " has ", act.dim(1), " columns but the weight needs ", act_cols, " (shape ",
+         shape_str(act.shape), ")");
+  }
+  check_offsets(offs, act.dim(0));
+}
+
+void check_weight(const char* pass, const TensorF& W, std::span<const std::int32_t> offs) {
+  if (W.rank() != 3) fail(pass, ": W must be 3-D (E,N,K), got shape ", shape_str(W.shape));
+  if (W.dim(0) != static_cast<std::int64_t>(offs.size())) {
+    fail(pass, ": W has ", W.dim(0), " experts but offs has ", offs.size(), " entries");
+  }
+}
+
+// Row-padding wrapper: runs `body` on the padded rows/offsets and unpads the (rows, C) result.
+template <class Body>
+TensorD with_padding(const GemmOptions& opt, std::span<const std::int32_t> offs, std::initializer_list<const TensorF*> acts,
+                     Body body, bool unpad_output) {
+  if (!opt.pad) {
+    std::vector<const TensorF*> v(acts);
+    return body(v, offs);
+  }
+  const PaddedGroups p = pad_groups(offs, opt.quant.block);
+  // The zero-filled buffer has p.rows rows; the experts own the first padded_ends.back() of them,
+  // and the passes see exactly those (offs[E-1] must equal the rows they are given).
+  const std::vector<std::int32_t>& poffs = p.padded_ends;
+  std::vector<TensorF> padded;
+  std::vector<const TensorF*> v;
+  for (const TensorF* a : acts) {
+    TensorF t = pad_rows(*a, offs, p);
+    t.shape[0] = poffs.back();
+    t.data.resize(static_cast<std::size_t>(poffs.back() * t.shape[1]));
+    padded.push_back(std::move(t));
+  }
+  for (const TensorF& a : padded) v.push_back(&a);
+  TensorD out = body(v, std::span<const std::int32_t>(poffs));
+  return unpad_output ? unpad_rows(out, offs, p) : out;
+}
+
+BlockOperand lhs_rows(const Quantized& q, std::int64_t r0, std::int64_t rows) {
+  // 1x128 codes (M, C): rows [r0, r0+rows), scales (M, C/B)
+  const std::int64_t C = q.codes.dim(1), nb = q.scales.dim(1);
+  return BlockOperand{q.codes.ptr() + r0 * C, C, 1, q.scales.ptr() + r0 * nb, nb, 1, 1, rows};
+}
+
+BlockOperand weight_expert(const Quantized& q, std::int64_t e) {
+  // grouped weight codes (E, R, C), 128x128 scales (E, R/B, C/B)
+  const std::int64_t R = q.codes.dim(1), C = q.codes.dim(2);
+  const std::int64_t sr = q.scales.dim(1), sc = q.scales.dim(2);
+  return BlockOperand{q.codes.ptr() + e * R * C, C, 1, q.scales.ptr() + e * sr * sc, sc, 1, q.block_rows, R};
+}
+
+void check_q(const Quantized& q, const char* recipe, const char* what) {
+  if (q.recipe != recipe) fail(what, " must be quantized with the ", recipe, " recipe, got ", q.recipe);
+}
+
+void check_q_mode(const GemmOptions& opt) {
+  if (opt.mode != Mode::exact && opt.mode != Mode::promote_fp32) {
+    fail("the quantized-operand passes compute exact and promote-fp32, not ", mode_name(opt.mode));
+  }
+}
+
+}  // namespace
+
+TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) {
+  check_q_mode(opt);
+  check_q(A_q, "1x128", "fwd: A");
+  check_q(W_q, "128x128", "fwd: W");
+  const std::int64_t M = A_q.codes.dim(0), K = A_q.codes.dim(1), N = W_q.codes.dim(1);
+  if (W_q.codes.dim(2) != K) fail("fwd: A has K = ", K, " but W has K = ", W_q.codes.dim(2));
+  check_offsets(offs, M);
+  TensorD out({M, N}, 0.0);
+  std::int64_t s = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    block_gemm(lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K,
+               out.ptr() + s * N, N, opt);
+    s = offs[e];
+  }
+  return out;
+}
+
+TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) {
+  check_q_mode(opt);
+  check_q(dOut_q, "1x128", "dgrad: dOut");
+  check_q(W_q, "128x128T", "dgrad: W (dgrad orientation)");
+  const std::int64_t M = dOut_q.codes.dim(0), N = dOut_q.codes.dim(1), K = W_q.codes.dim(1);
+  if (W_q.codes.dim(2) != N) fail("dgrad: dOut has N = ", N, " but W has N = ", W_q.codes.dim(2));
+  check_offsets(offs, M);
+  TensorD out({M, K}, 0.0);
+  std::int64_t s = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    block_gemm(lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
+               out.ptr() + s * K, K, opt);
+    s = offs[e];
+  }
+  return out;
+}
+
+TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) {
+  check_q_mode(opt);
+  check_q(dOutT_q, "kgrouped-lhs", "wgrad: dOut^T");
+  check_q(A_q, "kgrouped-rhs", "wgrad: A");
+  const std::int64_t N = dOutT_q.codes.dim(0), M = dOutT_q.codes.dim(1), K = A_q.codes.dim(1);
+  const std::int64_t B = opt.quant.block;
+  if (A_q.codes.dim(0) != M) fail("wgrad: dOut has ", M, " tokens but A has ", A_q.codes.dim(0));
+  check_offsets(offs, M);
+  const std::int64_t E = static_cast<std::int64_t>(offs.size());
+  TensorD out({E, N, K}, 0.0);
+  std::int64_t s = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+    // lhs: dOut^T (N, tokens of e); scales (N, M/B) from column s/B
+    const BlockOperand L{dOutT_q.codes.ptr() + s, M, 1, dOutT_q.scales.ptr() + s / B, M / B, 1, 1, N};
+    // rhs: A^T (K, tokens of e) read from A codes (M, K); scales (M/B, K) from row s/B
+    const BlockOperand R{A_q.codes.ptr() + s * K, 1, K, A_q.scales.ptr() + (s / B) * K, 1, K, 1, K};
+    block_gemm(L, R, Me, out.ptr() + e * N * K, K, opt);
+    s = offs[static_cast<std::size_t>(e)];
+  }
+  return out;
+}
+
+TensorD grouped_fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt) {
+  check_weight("fwd", W, offs);
+  check_shapes("fwd", A, "A", W.dim(2), offs);
+  auto body = [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) -> TensorD {
+    const TensorF& a = *v[0];
+    switch (opt.mode) {
+      case Mode::hp64: return wide_fwd(a, W, o);
+      case Mode::bf16: {
+        TensorD r = wide_fwd(to_bf16(a), to_bf16(W), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      case Mode::torchao_emulated: {
+        TensorD r = wide_fwd(dequantize_bf16(quantize_act_lhs(a, opt.quant)),
+                             dequantize_bf16(quantize_grouped_weight(W, WeightOrientation::fwd, opt.quant)), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      default:
+        return grouped_fwd_q(quantize_act_lhs(a, opt.quant),
+                             quantize_grouped_weight(W, WeightOrientation::fwd, opt.quant), o, opt);
+    }
+  };
+  return with_padding(opt, offs, {&A}, body, true);
+}
+
+TensorD grouped_dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) {
+  check_weight("dgrad", W, offs);
+  check_shapes("dgrad", dOut, "dOut", W.dim(1), offs);
+  auto body = [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) -> TensorD {
+    const TensorF& g = *v[0];
+    switch (opt.mode) {
+      case Mode::hp64: return wide_dgrad(g, W, o);
+      case Mode::bf16: {
+        TensorD r = wide_dgrad(to_bf16(g), to_bf16(W), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      case Mode::torchao_emulated: {
+        // The dgrad weight quantization is the exact transpose of the forward one (DESIGN.md 3.3),
+        // so dequantizing the forward orientation gives the same values.
+        TensorD r = wide_dgrad(dequantize_bf16(quantize_act_lhs(g, opt.quant)),
+                               dequantize_bf16(quantize_grouped_weight(W, WeightOrientation::fwd, opt.quant)), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      default:
+        return grouped_dgrad_q(quantize_act_lhs(g, opt.quant),
+                               quantize_grouped_weight(W, WeightOrientation::dgrad, opt.quant), o, opt);
+    }
+  };
+  return with_padding(opt, offs, {&dOut}, body, true);
+}
+
+TensorD grouped_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) {
+  check_shapes("wgrad", dOut, "dOut", dOut.dim(1), offs);
+  check_shapes("wgrad", A, "A", A.dim(1), offs);
+  auto body = [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) -> TensorD {
+    const TensorF& g = *v[0];
+    const TensorF& a = *v[1];
+    switch (opt.mode) {
+      case Mode::hp64: return wide_wgrad(g, a, o);
+      case Mode::bf16: {
+        TensorD r = wide_wgrad(to_bf16(g), to_bf16(a), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      case Mode::torchao_emulated: {
+        // dOut^T quantized 1x128 along tokens: its dequantization is (N, M); transpose back.
+        const TensorF gt = dequantize_bf16(quantize_kgrouped_lhs(g, o, opt.quant));
+        TensorF gd({g.dim(0), g.dim(1)});
+        for (std::int64_t n = 0; n < gt.dim(0); ++n) {
+          for (std::int64_t m = 0; m < gt.dim(1); ++m) gd(m, n) = gt(n, m);
+        }
+        TensorD r = wide_wgrad(gd, dequantize_bf16(quantize_kgrouped_rhs(a, o, opt.quant)), o);
+        round_all(r, wide_out(opt));
+        return r;
+      }
+      default:
+        return grouped_wgrad_q(quantize_kgrouped_lhs(g, o, opt.quant), quantize_kgrouped_rhs(a, o, opt.quant), o,
+                               opt);
+    }
+  };
+  return with_padding(opt, offs, {&dOut, &A}, body, false);
+}
+
+}  // namespace fp8moe

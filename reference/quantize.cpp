@@ -1,0 +1,301 @@
+// Blockwise quantizers: each one enumerates its scaling groups and hands every group to
+// quantize_group(), the single place where the scale formula of reference/scale.hpp is applied.
+#include "reference/quantize.hpp"
+
+#include <algorithm>
+
+namespace fp8moe {
+
+const char* format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
+
+Fp8Format parse_format(const std::string& s) {
+  if (s == "e4m3" || s == "e4m3fn") return Fp8Format::e4m3;
+  if (s == "e5m2") return Fp8Format::e5m2;
+  fail("unknown FP8 format '", s, "': use e4m3 or e5m2");
+}
+
+void check_quant_options(const QuantOptions& opt) {
+  if (opt.block != 64 && opt.block != 128 && opt.block != 256) {
+    fail("block size ", opt.block, " is not supported: use 64, 128 or 256");
+  }
+}
+
+float Quantized::scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const {
+  const std::int64_t sr = scales.rank() == 3 ? scales.dim(1) : scales.dim(0);
+  const std::int64_t sc = scales.rank() == 3 ? scales.dim(2) : scales.dim(1);
+  return scales.data[static_cast<std::size_t>((e * sr + r / block_rows) * sc + c / block_cols)];
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void require_multiple(const char* what, std::int64_t value, int block, const char* fix) {
+  if (value % block != 0) {
+    fail(what, " = ", value, " is not a multiple of the quantization block ", block, ": ", fix);
+  }
+}
+
+// Quantize one scaling group: `n` elements read from src[i * src_stride] and written to
+// dst[i * dst_stride]. Returns s_inv and accumulates the group's statistics.
+float quantize_group(const float* src, std::int64_t src_stride, std::uint8_t* dst, std::int64_t dst_stride,
+                     std::int64_t n, const QuantOptions& opt, QuantStats& st) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) amax = amax_update(amax, src[i * src_stride]);
+  if (amax < kAmaxFloor) ++st.zero_blocks;
+  const BlockScale bs = block_scale(amax, opt.format, opt.pow2_scales);
+  const Fp8Spec spec = fp8_spec(opt.format);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = src[i * src_stride];
+    const std::uint8_t q = quantize_element(x, bs.scale, opt.format);
+    dst[i * dst_stride] = q;
+    const bool finite = (f32_bits(x) & 0x7f800000u) != 0x7f800000u;
+    if (!finite) ++st.nonfinite_inputs;
+    else if (x != 0.0f && (q & 0x7f) == 0) ++st.underflow;
+    if ((q & 0x7f) == spec.max_code) ++st.saturated;
+  }
+  st.elements += n;
+  return bs.s_inv;
+}
+
+void merge(QuantStats& into, const QuantStats& s) {
+  into.elements += s.elements;
+  into.nonfinite_inputs += s.nonfinite_inputs;
+  into.underflow += s.underflow;
+  into.saturated += s.saturated;
+  into.zero_blocks += s.zero_blocks;
+}
+
+// Row-group quantization of a (rows, cols) slab: groups of B consecutive elements along cols
+// (`along_rows` false) or B consecutive rows of one column (`along_rows` true). Codes are written
+// in place (same layout) or transposed (codes (cols, rows)). Scale tensors are (rows, cols/B)
+// for row groups and (ceil(rows/B), cols) for column groups, transposed along with the codes.
+struct Slab {
+  const float* x;
+  std::int64_t rows, cols;
+};
+
+void quantize_slab(const Slab& s, bool along_rows, bool transpose, std::uint8_t* codes, float* scales,
+                   const QuantOptions& opt, QuantStats& stats) {
+  const std::int64_t B = opt.block;
+  if (!along_rows) {
+    const std::int64_t kb = s.cols / B;
+    QuantStats total;
+#pragma omp parallel
+    {
+      QuantStats st;
+#pragma omp for schedule(static)
+      for (std::int64_t r = 0; r < s.rows; ++r) {
+        for (std::int64_t b = 0; b < kb; ++b) {
+          const float* src = s.x + r * s.cols + b * B;
+          if (!transpose) {
+            scales[r * kb + b] = quantize_group(src, 1, codes + r * s.cols + b * B, 1, B, opt, st);
+          } else {
+            scales[b * s.rows + r] = quantize_group(src, 1, codes + (b * B) * s.rows + r, s.rows, B, opt, st);
+          }
+        }
+      }
+#pragma omp critical
+      merge(total, st);
+    }
+    merge(stats, total);
+    return;
+  }
+  const std::int64_t mb = ceil_div(s.rows, B);
+  QuantStats total;
+#pragma omp parallel
+  {
+    QuantStats st;
+#pragma omp for schedule(static) collapse(2)
+    for (std::int64_t b = 0; b < mb; ++b) {
+      for (std::int64_t c = 0; c < s.cols; ++c) {
+        const std::int64_t r0 = b * B, n = std::min(B, s.rows - r0);
+        const float* src = s.x + r0 * s.cols + c;
+        if (!transpose) {
+          scales[b * s.cols + c] = quantize_group(src, s.cols, codes + r0 * s.cols + c, s.cols, n, opt, st);
+        } else {
+          scales[c * mb + b] = quantize_group(src, s.cols, codes + c * s.rows + r0, 1, n, opt, st);
+        }
+      }
+    }
+#pragma omp critical
+    merge(total, st);
+  }
+  merge(stats, total);
+}
+
+// 128x128 tiles of one (N, K) matrix; codes in place or transposed (K, N).
+void quantize_tiles(const float* w, std::int64_t N, std::int64_t K, bool transpose, std::uint8_t* codes,
+                    float* scales, const QuantOptions& opt, QuantStats& stats) {
+  const std::int64_t B = opt.block, nb = N / B, kb = K / B;
+  QuantStats total;
+#pragma omp parallel
+  {
+    QuantStats st;
+    std::vector<float> tile(static_cast<std::size_t>(B * B));
+    std::vector<std::uint8_t> qt(static_cast<std::size_t>(B * B));
+#pragma omp for schedule(static) collapse(2)
+    for (std::int64_t bn = 0; bn < nb; ++bn) {
+      for (std::int64_t bk = 0; bk < kb; ++bk) {
+        for (std::int64_t i = 0; i < B; ++i) {
+          std::copy_n(w + (bn * B + i) * K + bk * B, B, tile.data() + i * B);
+        }
+        const float s_inv = quantize_group(tile.data(), 1, qt.data(), 1, B * B, opt, st);
+        for (std::int64_t i = 0; i < B; ++i) {
+          for (std::int64_t j = 0; j < B; ++j) {
+            const std::int64_t n = bn * B + i, k = bk * B + j;
+            codes[transpose ? k * N + n : n * K + k] = qt[static_cast<std::size_t>(i * B + j)];
+          }
+        }
+        scales[transpose ? bk * nb + bn : bn * kb + bk] = s_inv;
+      }
+    }
+#pragma omp critical
+    merge(total, st);
+  }
+  merge(stats, total);
+}
+
+Quantized make(std::vector<std::int64_t> code_shape, std::vector<std::int64_t> scale_shape, int br, int bc,
+               const QuantOptions& opt, const char* recipe) {
+  Quantized q;
+  q.codes = TensorU8(std::move(code_shape));
+  q.scales = TensorF(std::move(scale_shape));
+  q.block_rows = br;
+  q.block_cols = bc;
+  q.format = opt.format;
+  q.recipe = recipe;
+  return q;
+}
+
+void require_rank(const TensorF& x, int rank, const char* what) {
+  if (x.rank() != rank) fail(what, " expects a ", rank, "-D tensor, got shape ", shape_str(x.shape));
+}
+
+// Token offsets for the K-grouped quantizers: validated, and every group a multiple of B.
+void check_kgroups(std::span<const std::int32_t> offs, std::int64_t M, int B) {
+  std::int32_t prev = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    if (offs[e] < prev) fail("offsets must not decrease: offs[", e, "] = ", offs[e], " < ", prev);
+    if ((offs[e] - prev) % B != 0) {
+      fail("expert ", e, " has ", offs[e] - prev, " tokens, not a multiple of the quantization block ", B,
+           ": turn token-group padding on");
+    }
+    prev = offs[e];
+  }
+  if (prev != M) fail("the last offset is ", prev, " but the tensor has ", M, " rows: offs[E-1] must equal M");
+}
+
+}  // namespace
+
+Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(x, 2, "the 1x128 quantizer");
+  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
+  require_multiple("K (the quantized dim of the 1x128 recipe)", K, opt.block, "pad K to a multiple of the block");
+  Quantized q = make({M, K}, {M, K / B}, 1, opt.block, opt, "1x128");
+  quantize_slab({x.ptr(), M, K}, false, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
+  return q;
+}
+
+Quantized quantize_act_rhs(const TensorF& x, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(x, 2, "the 128x1 quantizer");
+  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
+  Quantized q = make({M, K}, {ceil_div(M, B), K}, opt.block, 1, opt, "128x1");
+  quantize_slab({x.ptr(), M, K}, true, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
+  return q;
+}
+
+Quantized quantize_act_lhs_t(const TensorF& x, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(x, 2, "the transposed 1x128 quantizer");
+  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
+  Quantized q = make({K, M}, {K, ceil_div(M, B)}, 1, opt.block, opt, "1x128T");
+  quantize_slab({x.ptr(), M, K}, true, true, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
+  return q;
+}
+
+Quantized quantize_weight(const TensorF& w, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(w, 2, "the 128x128 weight quantizer");
+  const std::int64_t N = w.dim(0), K = w.dim(1), B = opt.block;
+  require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
+  require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
+  Quantized q = make({N, K}, {N / B, K / B}, opt.block, opt.block, opt, "128x128");
+  quantize_tiles(w.ptr(), N, K, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
+  return q;
+}
+
+Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(w, 3, "the grouped weight quantizer");
+  const std::int64_t E = w.dim(0), N = w.dim(1), K = w.dim(2), B = opt.block;
+  require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
+  require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
+  const bool t = orient == WeightOrientation::dgrad;
+  Quantized q = t ? make({E, K, N}, {E, K / B, N / B}, opt.block, opt.block, opt, "128x128T")
+                  : make({E, N, K}, {E, N / B, K / B}, opt.block, opt.block, opt, "128x128");
+  for (std::int64_t e = 0; e < E; ++e) {
+    quantize_tiles(w.ptr() + e * N * K, N, K, t, q.codes.ptr() + e * N * K, q.scales.ptr() + e * (N / B) * (K / B),
+                   opt, q.stats);
+  }
+  return q;
+}
+
+Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(x, 2, "the K-grouped quantizer");
+  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
+  check_kgroups(offs, M, opt.block);
+  // Codes (D, M): expert e owns columns [start_e, end_e) and scale columns [start_e/B, end_e/B).
+  Quantized q = make({D, M}, {D, M / B}, 1, opt.block, opt, "kgrouped-lhs");
+  std::int64_t start = 0;
+  for (std::int32_t end : offs) {
+    const std::int64_t Me = end - start;
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(D * Me));
+    std::vector<float> scales(static_cast<std::size_t>(D * (Me / B)));
+    quantize_slab({x.ptr() + start * D, Me, D}, true, true, codes.data(), scales.data(), opt, q.stats);
+    for (std::int64_t d = 0; d < D; ++d) {
+      std::copy_n(codes.data() + d * Me, Me, q.codes.ptr() + d * M + start);
+      std::copy_n(scales.data() + d * (Me / B), Me / B, q.scales.ptr() + d * (M / B) + start / B);
+    }
+    start = end;
+  }
+  return q;
+}
+
+Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
+  check_quant_options(opt);
+  require_rank(x, 2, "the K-grouped quantizer");
+  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
+  check_kgroups(offs, M, opt.block);
+  // Codes (M, D) in place; expert e owns scale rows [start_e/B, end_e/B).
+  Quantized q = make({M, D}, {M / B, D}, opt.block, 1, opt, "kgrouped-rhs");
+  std::int64_t start = 0;
+  for (std::int32_t end : offs) {
+    const std::int64_t Me = end - start;
+    quantize_slab({x.ptr() + start * D, Me, D}, true, false, q.codes.ptr() + start * D,
+                  q.scales.ptr() + (start / B) * D, opt, q.stats);
+    start = end;
+  }
+  return q;
+}
+
+TensorF dequantize(const Quantized& q) {
+  TensorF out(q.codes.shape);
+  const std::int64_t E = q.codes.rank() == 3 ? q.codes.dim(0) : 1;
+  const std::int64_t R = q.codes.dim(q.codes.rank() - 2), C = q.codes.dim(q.codes.rank() - 1);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t e = 0; e < E; ++e) {
+    for (std::int64_t r = 0; r < R; ++r) {
+      for (std::int64_t c = 0; c < C; ++c) {
+        const std::size_t i = static_cast<std::size_t>((e * R + r) * C + c);
+        out.data[i] = fp8_decode(q.codes.data[i], q.format) * q.scale_at(e, r, c);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace fp8moe

@@ -1,0 +1,72 @@
+#pragma once
+// Blockwise FP8 quantizers (DESIGN.md 3.2, 3.3). All inputs are float tensors holding fp32 or
+// bf16-valued data; every quantizer applies the one scale formula of reference/scale.hpp.
+//
+// | quantizer                 | input   | codes        | scales (s_inv)             | block (rows x cols of codes) |
+// |---------------------------|---------|--------------|----------------------------|------------------------------|
+// | quantize_act_lhs          | (M,K)   | (M,K)        | (M, K/B)                   | 1 x B                        |
+// | quantize_act_rhs          | (M,K)   | (M,K)        | (ceil(M/B), K)             | B x 1                        |
+// | quantize_act_lhs_t        | (M,K)   | (K,M)        | (K, ceil(M/B))             | 1 x B                        |
+// | quantize_weight           | (N,K)   | (N,K)        | (N/B, K/B)                 | B x B                        |
+// | quantize_grouped_weight   | (E,N,K) | (E,N,K) fwd  | (E, N/B, K/B)              | B x B                        |
+// |                           |         | (E,K,N) dgrad| (E, K/B, N/B)              | B x B                        |
+// | quantize_kgrouped_lhs     | (M,D)   | (D,M)        | (D, sum M_e/B)             | 1 x B, within each expert    |
+// | quantize_kgrouped_rhs     | (M,D)   | (M,D)        | (sum M_e/B, D)             | B x 1, within each expert    |
+// Ragged M is zero-filled (a partial block's amax is over its real rows). K, N, D and, for the
+// K-grouped quantizers, every expert's token count must be multiples of B.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "reference/formats.hpp"
+#include "reference/scale.hpp"
+#include "reference/tensor.hpp"
+
+namespace fp8moe {
+
+struct QuantOptions {
+  int block = 128;  // 64, 128 or 256
+  bool pow2_scales = false;
+  Fp8Format format = Fp8Format::e4m3;
+};
+
+struct QuantStats {
+  std::int64_t elements = 0;
+  std::int64_t nonfinite_inputs = 0;  // NaN or Inf in the input
+  std::int64_t underflow = 0;         // non-zero finite inputs whose code is a zero
+  std::int64_t saturated = 0;         // codes at +-max (the clamp hit, or the value landed there)
+  std::int64_t zero_blocks = 0;       // groups whose amax took the 1e-12 floor
+};
+
+struct Quantized {
+  TensorU8 codes;
+  TensorF scales;       // the stored reciprocal s_inv, one per block
+  int block_rows = 1;   // block extent along the codes' second-to-last dim
+  int block_cols = 1;   // block extent along the codes' last dim
+  Fp8Format format = Fp8Format::e4m3;
+  std::string recipe;   // "1x128", "128x1", "1x128T", "128x128", "128x128T", "kgrouped-lhs", "kgrouped-rhs"
+  QuantStats stats;
+
+  // s_inv for element (e, r, c) of the codes (e = 0 for 2-D codes).
+  float scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const;
+};
+
+enum class WeightOrientation { fwd, dgrad };
+
+Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt);
+Quantized quantize_act_rhs(const TensorF& x, const QuantOptions& opt);
+Quantized quantize_act_lhs_t(const TensorF& x, const QuantOptions& opt);
+Quantized quantize_weight(const TensorF& w, const QuantOptions& opt);
+Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, const QuantOptions& opt);
+Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt);
+Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt);
+
+// decode(code) * s_inv for every element, in the codes' shape (fp32 products, as torchao's
+// dequantize does). Non-finite codes give NaN.
+TensorF dequantize(const Quantized& q);
+
+void check_quant_options(const QuantOptions& opt);
+const char* format_name(Fp8Format f);
+Fp8Format parse_format(const std::string& s);  // "e4m3" | "e5m2", else Error naming the allowed values
+
+}  // namespace fp8moe

@@ -1,0 +1,310 @@
+// `fp8moe gemm`: the three grouped passes on generated (or user) data in every arithmetic mode,
+// with SQNR against hp64 and bf16 per pass and mode. With no flags it runs torchao's padded
+// op-level case (E=3, offs [129,384,500], K=N=256).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "reference/datagen.hpp"
+#include "reference/gemm.hpp"
+#include "reference/groups.hpp"
+#include "reference/metrics.hpp"
+#include "sim/cli/command.hpp"
+#include "sim/cli/gemm_io.hpp"
+
+namespace fp8moe::cli {
+namespace {
+
+struct ModeSpec {
+  Mode mode;
+  Promotion promo;
+  std::string label() const { return mode_label(mode, promo); }
+  std::string group() const {
+    std::string g = label();
+    for (char& c : g) c = c == '/' ? ':' : c;
+    return g;
+  }
+};
+
+std::vector<ModeSpec> parse_modes(const std::string& list) {
+  std::vector<ModeSpec> out;
+  for (const std::string& tok : [&] {
+         std::vector<std::string> v;
+         std::string cur;
+         for (char c : list + ",") {
+           if (c == ',') {
+             if (!cur.empty()) v.push_back(cur);
+             cur.clear();
+           } else {
+             cur += c;
+           }
+         }
+         return v;
+       }()) {
+    const auto colon = tok.find_first_of(":/");
+    const Mode m = parse_mode(tok.substr(0, colon));
+    if (m == Mode::promote_fp32 && colon == std::string::npos) {
+      out.push_back({m, Promotion::deepgemm});
+      out.push_back({m, Promotion::cublas});
+    } else if (colon != std::string::npos) {
+      if (m != Mode::promote_fp32) fail("mode '", tok, "': only promote-fp32 takes a promotion order");
+      out.push_back({m, parse_promotion(tok.substr(colon + 1))});
+    } else {
+      out.push_back({m, Promotion::deepgemm});
+    }
+  }
+  if (out.empty()) fail("--modes is empty: give a comma list such as hp64,bf16,exact,torchao-emulated,promote-fp32");
+  return out;
+}
+
+std::vector<Pass> parse_passes(const std::string& s) {
+  if (s == "all") return {Pass::fwd, Pass::dgrad, Pass::wgrad};
+  std::vector<Pass> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(parse_pass(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (out.empty()) fail("--pass is empty: use fwd, dgrad, wgrad or all");
+  return out;
+}
+
+// Op-level floors of torchao's tests for a quantized mode vs the bf16 reference (DESIGN.md 3.8).
+double op_floor_db(Pass p) { return p == Pass::fwd ? 27.0 : 26.0; }
+
+void require_finite(const TensorF& t, const char* name, bool allow) {
+  std::int64_t bad = 0, first = -1;
+  for (std::size_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(t.data[i])) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++bad;
+    }
+  }
+  if (bad == 0) return;
+  if (!allow) {
+    fail(name, " has ", bad, " non-finite value(s), the first at flat index ", first, " (", t.data[static_cast<std::size_t>(first)],
+         "): fix the input, or pass --allow-nonfinite to propagate them into the results");
+  }
+  fmt::print(stderr, "warning: {} has {} non-finite value(s); metrics of affected outputs will be NaN\n", name, bad);
+}
+
+TensorD run_one(Pass p, const GemmData& d, const GemmOptions& opt) {
+  switch (p) {
+    case Pass::fwd: return grouped_fwd(d.A, d.W, d.offs, opt);
+    case Pass::dgrad: return grouped_dgrad(d.grad_out, d.W, d.offs, opt);
+    case Pass::wgrad: return grouped_wgrad(d.grad_out, d.A, d.offs, opt);
+  }
+  return {};
+}
+
+std::string fmt_db(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.2f}", v);
+}
+
+std::string offs_str(const std::vector<std::int32_t>& offs) {
+  std::string s;
+  for (std::size_t i = 0; i < offs.size(); ++i) s += (i ? "," : "") + std::to_string(offs[i]);
+  return s;
+}
+
+}  // namespace
+
+int cmd_gemm(const Args& args) {
+  po::options_description desc("fp8moe gemm options");
+  desc.add_options()("help,h", "show this help")
+      ("pass", po::value<std::string>()->default_value("all"), "fwd, dgrad, wgrad, a comma list, or all")
+      ("experts,E", po::value<int>(), "number of experts E (default 3)")
+      ("tokens,M", po::value<std::int64_t>(), "number of routed tokens M (default 500)")
+      ("n,N", po::value<std::int64_t>()->default_value(256), "output features N of the expert weight (E,N,K)")
+      ("k,K", po::value<std::int64_t>()->default_value(256), "input features K")
+      ("offs", po::value<std::string>(), "explicit cumulative token offsets, e.g. 129,384,500 (default when no routing is given)")
+      ("routing", po::value<std::string>(), "uniform, balanced or zipf:S (instead of --offs)")
+      ("empty", po::value<std::string>(), "comma list of experts that receive no tokens (with --routing)")
+      ("dist", po::value<std::string>()->default_value("normal"), "normal, uniform, student-t or outliers")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "data seed")
+      ("modes", po::value<std::string>()->default_value("hp64,bf16,exact,torchao-emulated,promote-fp32"),
+       "comma list: hp64, bf16, exact, torchao-emulated, promote-fp32[:deepgemm|:cublas]")
+      ("format", po::value<std::string>()->default_value("e4m3"), "FP8 format: e4m3 or e5m2")
+      ("block", po::value<int>()->default_value(128), "quantization block: 64, 128 or 256")
+      ("pow2-scales", po::bool_switch(), "round scale multipliers down to powers of two")
+      ("pad", po::value<std::string>()->default_value("auto"),
+       "token-group padding: on, off, or auto (on when a group is not a multiple of the block)")
+      ("out-dtype", po::value<std::string>()->default_value("bf16"), "output dtype of the passes: bf16 or fp32")
+      ("inputs", po::value<std::string>(), "run on your tensors: FILE.h5[:GROUP] with A, W, offs (grad_out optional)")
+      ("save", po::value<std::string>(), "write inputs, offsets and every mode's outputs to FILE.h5")
+      ("allow-nonfinite", po::bool_switch(), "propagate NaN/Inf in --inputs instead of rejecting them")
+      ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe gemm [--pass P] [--experts E --tokens M --n N --k K] [--offs ...|--routing ...] [--modes ...] [--save F.h5] [--inputs F.h5[:G]]")) return 0;
+  set_threads(vm["threads"].as<int>());
+
+  GemmOptions base;
+  base.quant.format = parse_format(vm["format"].as<std::string>());
+  base.quant.block = vm["block"].as<int>();
+  base.quant.pow2_scales = vm["pow2-scales"].as<bool>();
+  check_quant_options(base.quant);
+  base.out = parse_out_dtype(vm["out-dtype"].as<std::string>());
+  if (base.out == OutDtype::fp64) fail("--out-dtype fp64 is not a GEMM output dtype: use bf16 or fp32");
+  const std::vector<Pass> passes = parse_passes(vm["pass"].as<std::string>());
+  const std::vector<ModeSpec> modes = parse_modes(vm["modes"].as<std::string>());
+  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  const Dist dist = parse_dist(vm["dist"].as<std::string>());
+  const bool allow_nonfinite = vm["allow-nonfinite"].as<bool>();
+
+  GemmData d;
+  std::string source;
+  if (vm.count("inputs")) {
+    for (const char* k : {"experts", "tokens", "offs", "routing", "empty"}) {
+      if (vm.count(k)) fail("--", k, " cannot be combined with --inputs: the shapes and offsets come from the file");
+    }
+    d = load_gemm_inputs(vm["inputs"].as<std::string>());
+    source = vm["inputs"].as<std::string>();
+    if (d.grad_out.rank() == 0) {
+      d.grad_out = generate({d.A.dim(0), d.W.dim(1)}, dist, seed, kTensorGradOut);
+      source += " (grad_out generated)";
+    }
+    require_finite(d.A, "A", allow_nonfinite);
+    require_finite(d.W, "W", allow_nonfinite);
+    require_finite(d.grad_out, "grad_out", allow_nonfinite);
+  } else {
+    if (vm.count("offs") && (vm.count("routing") || vm.count("empty"))) {
+      fail("give either --offs or --routing (with --empty), not both");
+    }
+    const bool explicit_shape = vm.count("experts") || vm.count("tokens");
+    std::int64_t M = vm.count("tokens") ? vm["tokens"].as<std::int64_t>() : 500;
+    int E = vm.count("experts") ? vm["experts"].as<int>() : 3;
+    if (vm.count("offs")) {
+      d.offs = parse_int_list(vm["offs"].as<std::string>(), "--offs");
+      check_offsets(d.offs, d.offs.back());
+      if (vm.count("experts") && static_cast<int>(d.offs.size()) != E) {
+        fail("--offs has ", d.offs.size(), " entries but --experts is ", E, ": give one cumulative offset per expert");
+      }
+      if (vm.count("tokens") && d.offs.back() != M) fail("the last of --offs is ", d.offs.back(), " but --tokens is ", M);
+      E = static_cast<int>(d.offs.size());
+      M = d.offs.back();
+    } else if (vm.count("routing") || explicit_shape) {
+      Routing r = parse_routing(vm.count("routing") ? vm["routing"].as<std::string>() : "uniform");
+      if (vm.count("empty")) {
+        for (std::int32_t e : parse_int_list(vm["empty"].as<std::string>(), "--empty")) r.empty_experts.push_back(e);
+      }
+      d.offs = make_offsets(M, E, r, seed);
+    } else {
+      d.offs = {129, 384, 500};  // torchao's padded op-level case
+    }
+    if (M < 0) fail("--tokens must be >= 0, got ", M);
+    if (E < 1) fail("--experts must be >= 1, got ", E);
+    const std::int64_t N = vm["n"].as<std::int64_t>(), K = vm["k"].as<std::int64_t>();
+    if (N <= 0 || K <= 0) fail("--n and --k must be positive, got N = ", N, ", K = ", K);
+    d.A = generate({M, K}, dist, seed, kTensorA);
+    d.W = generate({E, N, K}, dist, seed, kTensorW);
+    d.grad_out = generate({M, N}, dist, seed, kTensorGradOut);
+    source = fmt::format("generated, dist {}, seed {}", dist_name(dist), seed);
+  }
+  const std::int64_t M = d.A.dim(0), K = d.A.dim(1), N = d.W.dim(1), E = d.W.dim(0);
+  check_offsets(d.offs, M);
+
+  // Padding: auto turns it on when a group is not a multiple of the block (wgrad needs whole
+  // token blocks per expert).
+  const std::string pad = vm["pad"].as<std::string>();
+  bool ragged = false;
+  for (std::int32_t s : group_sizes(d.offs)) ragged = ragged || s % base.quant.block != 0;
+  if (pad == "on") base.pad = true;
+  else if (pad == "off") base.pad = false;
+  else if (pad == "auto") base.pad = ragged;
+  else fail("--pad '", pad, "': use on, off or auto");
+
+  // Block rules, checked before anything is printed so a bad case fails as one line.
+  bool any_quantized = false;
+  for (const ModeSpec& ms : modes) any_quantized = any_quantized || is_quantized(ms.mode);
+  if (any_quantized) {
+    const int B = base.quant.block;
+    if (K % B != 0) {
+      fail("K = ", K, " is not a multiple of the quantization block ", B,
+           ": weights are quantized in ", B, "x", B, " tiles and activations in 1x", B, " along K; use a K that is a multiple of ", B);
+    }
+    if (N % B != 0) {
+      fail("N = ", N, " is not a multiple of the quantization block ", B,
+           ": weights are quantized in ", B, "x", B, " tiles; use an N that is a multiple of ", B);
+    }
+    const bool wgrad = std::find(passes.begin(), passes.end(), Pass::wgrad) != passes.end();
+    if (wgrad && !base.pad && ragged) {
+      const auto sizes = group_sizes(d.offs);
+      for (std::size_t e = 0; e < sizes.size(); ++e) {
+        if (sizes[e] % B != 0) {
+          fail("expert ", e, " has ", sizes[e], " tokens, not a multiple of the quantization block ", B,
+               " (wgrad quantizes 128-token blocks per expert): turn token-group padding on (--pad on or auto)");
+        }
+      }
+    }
+  }
+
+  fmt::print("# fp8moe gemm: E={} M={} N={} K={} offs=[{}] ({})\n", E, M, N, K, offs_str(d.offs), source);
+  fmt::print("# format={} block={} pow2_scales={} padding={} out={}\n", format_name(base.quant.format), base.quant.block,
+             base.quant.pow2_scales ? "on" : "off", base.pad ? "on" : "off", out_dtype_name(base.out));
+  fmt::print("{:<6} {:<22} {:>11} {:>11} {:>10} {:>11} {:>8} {:>10}  {}\n", "pass", "mode", "sqnr_hp64", "sqnr_bf16",
+             "rel_err", "max_abs", "max_ulp", "time_ms", "status");
+
+  std::vector<ModeOutputs> saved;
+  for (const ModeSpec& ms : modes) saved.push_back({ms.group(), ms.mode == Mode::hp64, {}, {}, {}});
+  bool below_floor = false;
+  for (Pass p : passes) {
+    GemmOptions o = base;
+    const auto timed = [&](const GemmOptions& opt, double& ms) {
+      const auto t0 = std::chrono::steady_clock::now();
+      TensorD r = run_one(p, d, opt);
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    };
+    double ms_hp = 0, ms_bf = 0;
+    o.mode = Mode::hp64;
+    const TensorD ref = timed(o, ms_hp);
+    o.mode = Mode::bf16;
+    const TensorD ref_bf16 = timed(o, ms_bf);
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+      o.mode = modes[i].mode;
+      o.promotion = modes[i].promo;
+      double ms = o.mode == Mode::hp64 ? ms_hp : ms_bf;
+      TensorD y = o.mode == Mode::hp64 ? ref : o.mode == Mode::bf16 ? ref_bf16 : timed(o, ms);
+      const Metrics vs_hp = compare(ref.data, y.data);
+      const Metrics vs_bf = compare(ref_bf16.data, y.data);
+      std::string status = "-";
+      if (is_quantized(o.mode)) {
+        const bool ok = vs_bf.sqnr_db >= op_floor_db(p);  // NaN fails
+        status = ok ? fmt::format("ok (floor {:.0f} dB)", op_floor_db(p))
+                    : fmt::format("BELOW FLOOR {:.0f} dB", op_floor_db(p));
+        below_floor = below_floor || !ok;
+      }
+      fmt::print("{:<6} {:<22} {:>11} {:>11} {:>10.3e} {:>11.4e} {:>8} {:>10.2f}  {}\n", pass_name(p),
+                 modes[i].label(), fmt_db(vs_hp.sqnr_db), fmt_db(vs_bf.sqnr_db), vs_hp.rel_err, vs_hp.max_abs_err,
+                 fmt_db(vs_bf.max_ulp), ms, status);
+      if (vm.count("save")) {
+        (p == Pass::fwd ? saved[i].out : p == Pass::dgrad ? saved[i].grad_A : saved[i].grad_W) = std::move(y);
+      }
+    }
+  }
+  if (vm.count("save")) {
+    save_gemm_run(vm["save"].as<std::string>(), d, saved,
+                  {{"tool", "fp8moe gemm"},
+                   {"version", FP8MOE_VERSION},
+                   {"source", source},
+                   {"format", format_name(base.quant.format)},
+                   {"block", std::to_string(base.quant.block)},
+                   {"pow2_scales", base.quant.pow2_scales ? "true" : "false"},
+                   {"padding", base.pad ? "on" : "off"},
+                   {"out_dtype", out_dtype_name(base.out)}});
+    fmt::print("# saved inputs and outputs to {}\n", vm["save"].as<std::string>());
+  }
+  if (below_floor) fmt::print(stderr, "warning: at least one quantized mode is below its op-level floor (DESIGN.md 3.8)\n");
+  return 0;
+}
+
+}  // namespace fp8moe::cli

@@ -1,0 +1,92 @@
+// fp8moe: blockwise-FP8 MoE numerics simulator. Subcommand dispatch and the one error exit.
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "reference/error.hpp"
+#include "sim/cli/command.hpp"
+
+namespace fp8moe::cli {
+
+bool parse(const Args& args, const po::options_description& desc, po::variables_map& vm, const char* usage,
+           const po::positional_options_description* pos) {
+  po::command_line_parser parser(args);
+  parser.options(desc);
+  if (pos) parser.positional(*pos);
+  po::store(parser.run(), vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n\n" << desc << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+void set_threads(int n) {
+  if (n < 0) fail("--threads must be >= 0 (0 uses every core), got ", n);
+  if (n > 0) omp_set_num_threads(n);
+}
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const Args&);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"gemm", cmd_gemm, "run the fwd/dgrad/wgrad grouped passes in every arithmetic mode and print metrics"},
+    {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},
+    {"bench-cpu", cmd_bench_cpu, "GFLOP/s of the exact and promote-fp32 CPU modes next to Eigen fp32"},
+    {"info", cmd_info, "versions, build flags and devices"},
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out, "usage: fp8moe COMMAND [OPTIONS]   (fp8moe COMMAND --help for its options)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+}  // namespace fp8moe::cli
+
+int main(int argc, char** argv) {
+  using namespace fp8moe::cli;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::printf("fp8moe %s\n", FP8MOE_VERSION);
+    return 0;
+  }
+  const Args args(argv + 2, argv + argc);
+  for (const Command& c : kCommands) {
+    if (name != c.name) continue;
+    try {
+      return c.run(args);
+    } catch (const fp8moe::Error& e) {
+      std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, e.what());
+      return 2;
+    } catch (const boost::program_options::error& e) {
+      std::fprintf(stderr, "fp8moe %s: error: %s (see fp8moe %s --help)\n", c.name, e.what(), c.name);
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "fp8moe %s: error: out of memory: use smaller shapes\n", c.name);
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fp8moe %s: internal error: %s\n", c.name, e.what());
+      return 3;
+    }
+  }
+  std::fprintf(stderr, "fp8moe: error: unknown command '%s'\n", name.c_str());
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,38 @@
+#pragma once
+// Runs the built `fp8moe` binary (FP8MOE_BIN, set by the suite's CMake) as a subprocess and
+// captures its exit code and output, for the CLI suites.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#ifndef FP8MOE_BIN
+#error "FP8MOE_BIN must name the fp8moe binary (see tests/sim/CMakeLists.txt)"
+#endif
+
+namespace fp8moe::test {
+
+struct Run {
+  int rc = -1;
+  std::string output;  // stdout and stderr together
+  int lines() const { return static_cast<int>(std::count(output.begin(), output.end(), '\n')); }
+};
+
+inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// `fp8moe COMMAND ARGS`, stderr merged into the captured output unless `stderr_too` is false.
+inline Run run_cli(const std::string& command, const std::string& args, bool stderr_too = true) {
+  const std::string cmd = quote(FP8MOE_BIN) + " " + command + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null");
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace fp8moe::test
