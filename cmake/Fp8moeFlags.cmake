@@ -6,6 +6,7 @@ add_library(fp8moe_flags INTERFACE)
 target_compile_options(fp8moe_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release,RelWithDebInfo>>:-O3 -march=${FP8MOE_MARCH}>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffp-contract=off>
 )
 target_include_directories(fp8moe_flags INTERFACE ${PROJECT_SOURCE_DIR})
 target_compile_definitions(fp8moe_flags INTERFACE FP8MOE_VERSION="${PROJECT_VERSION}")
