@@ -72,23 +72,6 @@ TensorF to_bf16(const TensorF& x) {
   return y;
 }
 
-// torchao's emulated path: bf16(code) * bf16(s_inv), rounded to bf16.
-TensorF dequantize_bf16(const Quantized& q) {
-  TensorF out(q.codes.shape);
-  const std::int64_t E = q.codes.rank() == 3 ? q.codes.dim(0) : 1;
-  const std::int64_t R = q.codes.dim(q.codes.rank() - 2), C = q.codes.dim(q.codes.rank() - 1);
-#pragma omp parallel for collapse(2) schedule(static)
-  for (std::int64_t e = 0; e < E; ++e) {
-    for (std::int64_t r = 0; r < R; ++r) {
-      for (std::int64_t c = 0; c < C; ++c) {
-        const std::size_t i = static_cast<std::size_t>((e * R + r) * C + c);
-        out.data[i] = round_bf16(round_bf16(fp8_decode(q.codes.data[i], q.format)) * round_bf16(q.scale_at(e, r, c)));
-      }
-    }
-  }
-  return out;
-}
-
 // Wide (fp64) grouped GEMM on high-precision values; with `round` the result is rounded once to
 // the output dtype (the bf16 mode, like torch._grouped_mm), otherwise left in fp64 (hp64).
 // Operand views: lhs rows of each expert (rows, kc) and rhs (cols, kc), given as Eigen maps.

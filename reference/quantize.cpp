@@ -282,7 +282,11 @@ Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> 
   return q;
 }
 
-TensorF dequantize(const Quantized& q) {
+namespace {
+
+// value(code, s_inv) for every element of q, in the codes' shape.
+template <class F>
+TensorF dequantize_with(const Quantized& q, F value) {
   TensorF out(q.codes.shape);
   const std::int64_t E = q.codes.rank() == 3 ? q.codes.dim(0) : 1;
   const std::int64_t R = q.codes.dim(q.codes.rank() - 2), C = q.codes.dim(q.codes.rank() - 1);
@@ -291,11 +295,21 @@ TensorF dequantize(const Quantized& q) {
     for (std::int64_t r = 0; r < R; ++r) {
       for (std::int64_t c = 0; c < C; ++c) {
         const std::size_t i = static_cast<std::size_t>((e * R + r) * C + c);
-        out.data[i] = fp8_decode(q.codes.data[i], q.format) * q.scale_at(e, r, c);
+        out.data[i] = value(fp8_decode(q.codes.data[i], q.format), q.scale_at(e, r, c));
       }
     }
   }
   return out;
+}
+
+}  // namespace
+
+TensorF dequantize(const Quantized& q) {
+  return dequantize_with(q, [](float v, float s) { return v * s; });
+}
+
+TensorF dequantize_bf16(const Quantized& q) {
+  return dequantize_with(q, [](float v, float s) { return round_bf16(round_bf16(v) * round_bf16(s)); });
 }
 
 }  // namespace fp8moe

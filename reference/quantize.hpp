@@ -64,6 +64,8 @@ Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> 
 // decode(code) * s_inv for every element, in the codes' shape (fp32 products, as torchao's
 // dequantize does). Non-finite codes give NaN.
 TensorF dequantize(const Quantized& q);
+// torchao's emulated path: bf16(code) * bf16(s_inv), rounded to bf16.
+TensorF dequantize_bf16(const Quantized& q);
 
 void check_quant_options(const QuantOptions& opt);
 const char* format_name(Fp8Format f);

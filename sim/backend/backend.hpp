@@ -1,0 +1,60 @@
+#pragma once
+// The per-rank math of a simulated mesh: quantizers, the three grouped passes, and the elementwise
+// ops of the SwiGLU expert layer. sim/ calls only this interface around its collectives, so a CUDA
+// backend (kernels/) drops in beside the reference one (reference/ on the CPU).
+#include <memory>
+#include <span>
+#include <string>
+
+#include "reference/gemm.hpp"
+#include "reference/quantize.hpp"
+
+namespace fp8moe::sim {
+
+enum class Recipe : std::uint8_t {
+  act_lhs,            // 1x128 along the last dim, (M,K) -> codes (M,K)
+  act_rhs,            // 128x1 along tokens, (M,K) -> codes (M,K)
+  act_lhs_t,          // 1x128 along tokens of x^T, (M,K) -> codes (K,M)
+  weight_fwd,         // grouped 128x128, (E,N,K) -> codes (E,N,K)
+  weight_dgrad,       // grouped 128x128 transposed, (E,N,K) -> codes (E,K,N)
+  kgrouped_lhs,       // per-expert 1x128 along tokens, (M,D) -> codes (D,M)
+  kgrouped_rhs,       // per-expert 128x1 along tokens, (M,D) -> codes (M,D)
+};
+const char* recipe_name(Recipe r);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // offs is used by the K-grouped recipes only.
+  virtual Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs,
+                             const QuantOptions& opt) = 0;
+  virtual TensorF dequantize(const Quantized& q) = 0;
+
+  // The grouped passes on one rank's operands (any mode; padding per opt.pad).
+  virtual TensorD fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) = 0;
+  virtual TensorD dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) = 0;
+  virtual TensorD wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) = 0;
+  // fwd on a weight that arrived quantized (FSDP2 fp8 all-gather): A is quantized here.
+  virtual TensorD fwd_qweight(const TensorF& A, const Quantized& W_q, std::span<const std::int32_t> offs,
+                              const GemmOptions& opt) = 0;
+  virtual TensorD dgrad_qweight(const TensorF& dOut, const Quantized& W_q, std::span<const std::int32_t> offs,
+                                const GemmOptions& opt) = 0;
+
+  // SwiGLU: h = silu(a) * b in fp32, rounded to bf16; and its backward given dh:
+  //   da = dh * b * silu'(a), db = dh * silu(a), each rounded to bf16.
+  virtual TensorF swiglu(const TensorF& a, const TensorF& b) = 0;
+  virtual void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) = 0;
+};
+
+// Backends by name: "reference" (CPU). Unknown names list the available ones.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+// bf16 (or fp32) values of a pass output as float, the dtype layers pass between ops.
+TensorF to_float(const TensorD& t);
+
+}  // namespace fp8moe::sim

@@ -1,0 +1,96 @@
+// The CPU backend: every op is reference/'s.
+#include <cmath>
+
+#include "reference/error.hpp"
+#include "sim/backend/backend.hpp"
+
+namespace fp8moe::sim {
+
+const char* recipe_name(Recipe r) {
+  switch (r) {
+    case Recipe::act_lhs: return "1x128";
+    case Recipe::act_rhs: return "128x1";
+    case Recipe::act_lhs_t: return "1x128T";
+    case Recipe::weight_fwd: return "128x128";
+    case Recipe::weight_dgrad: return "128x128T";
+    case Recipe::kgrouped_lhs: return "kgrouped-lhs";
+    case Recipe::kgrouped_rhs: return "kgrouped-rhs";
+  }
+  return "?";
+}
+
+TensorF to_float(const TensorD& t) {
+  TensorF f(t.shape);
+  for (std::size_t i = 0; i < t.numel(); ++i) f.data[i] = static_cast<float>(t.data[i]);
+  return f;
+}
+
+namespace {
+
+float silu(float a) { return a / (1.0f + std::exp(-a)); }
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+
+  Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) override {
+    switch (r) {
+      case Recipe::act_lhs: return quantize_act_lhs(x, opt);
+      case Recipe::act_rhs: return quantize_act_rhs(x, opt);
+      case Recipe::act_lhs_t: return quantize_act_lhs_t(x, opt);
+      case Recipe::weight_fwd: return quantize_grouped_weight(x, WeightOrientation::fwd, opt);
+      case Recipe::weight_dgrad: return quantize_grouped_weight(x, WeightOrientation::dgrad, opt);
+      case Recipe::kgrouped_lhs: return quantize_kgrouped_lhs(x, offs, opt);
+      case Recipe::kgrouped_rhs: return quantize_kgrouped_rhs(x, offs, opt);
+    }
+    fail("unknown recipe");
+  }
+  TensorF dequantize(const Quantized& q) override { return fp8moe::dequantize(q); }
+
+  TensorD fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt) override {
+    return grouped_fwd(A, W, offs, opt);
+  }
+  TensorD dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs,
+                const GemmOptions& opt) override {
+    return grouped_dgrad(dOut, W, offs, opt);
+  }
+  TensorD wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs,
+                const GemmOptions& opt) override {
+    return grouped_wgrad(dOut, A, offs, opt);
+  }
+  TensorD fwd_qweight(const TensorF& A, const Quantized& W_q, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) override {
+    return grouped_fwd_q(quantize_act_lhs(A, opt.quant), W_q, offs, opt);
+  }
+  TensorD dgrad_qweight(const TensorF& dOut, const Quantized& W_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) override {
+    return grouped_dgrad_q(quantize_act_lhs(dOut, opt.quant), W_q, offs, opt);
+  }
+
+  TensorF swiglu(const TensorF& a, const TensorF& b) override {
+    if (a.shape != b.shape) fail("swiglu: shapes ", shape_str(a.shape), " and ", shape_str(b.shape), " differ");
+    TensorF h(a.shape);
+    for (std::size_t i = 0; i < a.numel(); ++i) h.data[i] = round_bf16(silu(a.data[i]) * b.data[i]);
+    return h;
+  }
+  void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) override {
+    da = TensorF(a.shape);
+    db = TensorF(a.shape);
+    for (std::size_t i = 0; i < a.numel(); ++i) {
+      const float s = 1.0f / (1.0f + std::exp(-a.data[i]));
+      const float si = a.data[i] * s;
+      const float dsilu = s * (1.0f + a.data[i] * (1.0f - s));
+      da.data[i] = round_bf16(dh.data[i] * b.data[i] * dsilu);
+      db.data[i] = round_bf16(dh.data[i] * si);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "reference" || name == "cpu") return std::make_unique<ReferenceBackend>();
+  fail("unknown backend '", name, "': available here: reference (the CPU reference)");
+}
+
+}  // namespace fp8moe::sim

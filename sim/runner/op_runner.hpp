@@ -1,0 +1,58 @@
+#pragma once
+// One op-level scenario (issue 3 item 6): one grouped pass with explicit placements of its
+// operands on a fake mesh, compared with the single-device hp64 result and with the single-device
+// result of the same mode.
+//
+//   global inputs from (seed, tensor id) -> distribute(placements) -> redistribute per the rules
+//   -> each rank's local pass (Backend) -> Partial outputs reduced -> full_tensor -> metrics
+//
+// Inputs: fwd A (M,K) kTensorA, W (E,N,K) kTensorW; dgrad dOut (M,N) kTensorGradOut, W;
+// wgrad dOut, A. sim/ reaches reference/ compute only through the Backend.
+#include <cstdint>
+#include <vector>
+
+#include "reference/datagen.hpp"
+#include "reference/gemm.hpp"
+#include "sim/backend/backend.hpp"
+#include "sim/comm/communicator.hpp"
+#include "sim/mesh/placement.hpp"
+#include "sim/rules/sharding.hpp"
+#include "sim/runner/report.hpp"
+
+namespace fp8moe::sim {
+
+struct OpScenario {
+  std::string mesh = "tp=2";           // "dp=2,tp=2"
+  Pass pass = Pass::fwd;
+  Placements lhs, rhs;                 // one per mesh dim (see sim/rules/sharding.hpp for the operands)
+  OpShape shape;                       // E, M (tokens), N, K
+  std::vector<std::int32_t> offs;      // (E) cumulative token ends, offs[E-1] = M; Replicate
+  Dist dist = Dist::normal;
+  std::uint64_t seed = 0;
+  GemmOptions gemm;                    // mode, promotion, quant options, token-group padding
+  ReduceOptions reduce;                // how Partial outputs (and Partial inputs) are reduced
+};
+
+struct OpRun {
+  ScenarioReport report;
+  ShardingDecision decision;
+  TensorD out;                              // the gathered global output
+  TensorD single;                           // single device, same mode
+  TensorD hp64;                             // single device, hp64
+  std::vector<TensorD> local;               // (world) each rank's local pass output (its partial under P)
+  std::vector<std::vector<Range>> local_box;  // (world) the global box of the output each local covers
+};
+
+// Throws an Error with the rules' reason when the placements are rejected.
+OpRun run_op(const OpScenario& sc, Backend& backend);
+
+// One rank's (or the single device's) pass on its operands. In the quantized modes, a feature dim
+// the quantizer needs in whole blocks (fwd/dgrad: the lhs's dim 1, W's dims 1 and 2) that a
+// misaligned shard left ragged is zero-padded to the block and the output cropped: the ragged
+// block's amax is over its real elements, as a kernel's masked tail would have it. Local shards
+// that are empty along the contracted dim give zeros. `notes`, when given, says what was padded.
+TensorD run_local_pass(Backend& backend, Pass p, const TensorF& lhs, const TensorF& rhs,
+                       std::span<const std::int32_t> offs, const GemmOptions& opt,
+                       std::vector<std::string>* notes = nullptr);
+
+}  // namespace fp8moe::sim
