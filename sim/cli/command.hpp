@@ -16,6 +16,7 @@ int cmd_quantize(const Args& args);
 int cmd_gemm(const Args& args);
 int cmd_bench_cpu(const Args& args);
 int cmd_info(const Args& args);
+int cmd_run(const Args& args);
 
 // Parse `args` against `desc` (positional options optional); prints help and returns false when
 // --help was given.

@@ -39,6 +39,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"gemm", cmd_gemm, "run the fwd/dgrad/wgrad grouped passes in every arithmetic mode and print metrics"},
+    {"run", cmd_run, "run one placement scenario on a fake mesh (op or layer level) and print its diagnostics"},
     {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},
     {"bench-cpu", cmd_bench_cpu, "GFLOP/s of the exact and promote-fp32 CPU modes next to Eigen fp32"},
     {"info", cmd_info, "versions, build flags and devices"},

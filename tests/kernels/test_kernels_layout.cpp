@@ -1,0 +1,90 @@
+// Host-side index math of kernels/ that runs without a GPU (STYLE.md: index math testable on the
+// CPU): the GPU quantizers' layouts against reference/'s, and the block-partial rounding of the
+// simt GEMM against an exact oracle. Label kernels (not gpu): runs everywhere CUDA compiles.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/block_partial.hpp"
+#include "kernels/quantize.hpp"
+#include "reference/quantize.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace fp8moe;
+using kernels::Recipe;
+
+TEST_CASE("quant_layout gives reference/'s code and scale shapes and block extents for every recipe") {
+  for (int B : {64, 128, 256}) {
+    const std::vector<std::int32_t> offs{B, B, 3 * B};  // expert 1 empty
+    const QuantOptions opt{B, false, Fp8Format::e4m3};
+    const std::int64_t M = 3 * B, K = 2 * B;
+    CAPTURE(B);
+    const TensorF x({M, K}, 1.0f), w({2, B, 2 * B}, 1.0f);
+    const std::vector<std::pair<Recipe, Quantized>> pairs{
+        {Recipe::act_lhs, quantize_act_lhs(x, opt)},
+        {Recipe::act_rhs, quantize_act_rhs(TensorF({M + 17, K + 3}, 1.0f), opt)},
+        {Recipe::act_lhs_t, quantize_act_lhs_t(TensorF({M + 17, K + 3}, 1.0f), opt)},
+        {Recipe::weight_fwd, quantize_grouped_weight(w, WeightOrientation::fwd, opt)},
+        {Recipe::weight_dgrad, quantize_grouped_weight(w, WeightOrientation::dgrad, opt)},
+        {Recipe::kgrouped_lhs, quantize_kgrouped_lhs(TensorF({M, K}, 1.0f), offs, opt)},
+        {Recipe::kgrouped_rhs, quantize_kgrouped_rhs(TensorF({M, K}, 1.0f), offs, opt)},
+    };
+    for (const auto& [r, q] : pairs) {
+      CAPTURE(kernels::recipe_name(r));
+      const std::vector<std::int64_t> in = r == Recipe::act_rhs || r == Recipe::act_lhs_t ? std::vector<std::int64_t>{M + 17, K + 3}
+                                           : (r == Recipe::weight_fwd || r == Recipe::weight_dgrad) ? w.shape
+                                                                                                    : x.shape;
+      const bool kg = r == Recipe::kgrouped_lhs || r == Recipe::kgrouped_rhs;
+      const kernels::QuantLayout l = kernels::quant_layout(r, in, kg ? std::span<const std::int32_t>(offs) : std::span<const std::int32_t>{}, opt);
+      CHECK(l.codes == q.codes.shape);
+      CHECK(l.scales == q.scales.shape);
+      CHECK(l.block_rows == q.block_rows);
+      CHECK(l.block_cols == q.block_cols);
+      CHECK(std::string(kernels::recipe_name(r)) == q.recipe);
+    }
+  }
+}
+
+TEST_CASE("i128_to_f32_scaled rounds exact partials once, RNE, like the fp64 -> fp32 cast") {
+  const std::uint64_t seed = test::seed_for(531);
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 200000; ++i) {
+    // e4m3 partials: |p| < 2^44, exact in fp64, so (float)(p * 2^-18) is the single rounding
+    const int bits = 1 + static_cast<int>(rng() % 44);
+    std::int64_t p = static_cast<std::int64_t>(rng() >> (64 - bits));
+    if (rng() & 1) p = -p;
+    const float want = static_cast<float>(std::ldexp(static_cast<double>(p), -18));
+    const float got = kernels::i128_to_f32_scaled(p, 18);
+    REQUIRE_MESSAGE(f32_bits(want) == f32_bits(got), "p = ", p);
+  }
+  for (int i = 0; i < 200000; ++i) {
+    // e5m2 partials up to 2^72: round-to-odd to 53 bits keeps the sticky bit, then fp64 -> fp32
+    // is RNE with a single effective rounding (53 >= 24 + 2)
+    const int bits = 1 + static_cast<int>(rng() % 72);
+    unsigned __int128 m = (static_cast<unsigned __int128>(rng()) << 64) | rng();
+    m >>= (128 - bits);
+    int msb = 127;
+    while (msb > 0 && ((m >> msb) & 1) == 0) --msb;
+    unsigned __int128 t = m;
+    if (msb > 52) {
+      const int drop = msb - 52;
+      const bool sticky = (m & ((static_cast<unsigned __int128>(1) << drop) - 1)) != 0;
+      t = (m >> drop) | (sticky ? 1 : 0);
+      const double d = std::ldexp(static_cast<double>(static_cast<std::uint64_t>(t)), drop - 32);
+      const float want = static_cast<float>(d);
+      REQUIRE(f32_bits(want) == f32_bits(kernels::i128_to_f32_scaled(static_cast<__int128>(m), 32)));
+      REQUIRE(f32_bits(-want) == f32_bits(kernels::i128_to_f32_scaled(-static_cast<__int128>(m), 32)));
+    } else {
+      const float want = static_cast<float>(std::ldexp(static_cast<double>(static_cast<std::uint64_t>(t)), -32));
+      REQUIRE(f32_bits(want) == f32_bits(kernels::i128_to_f32_scaled(static_cast<__int128>(m), 32)));
+    }
+  }
+  CHECK(kernels::i128_to_f32_scaled(0, 18) == 0.0f);
+}
+
+}  // namespace
