@@ -215,6 +215,10 @@ __attribute__((target("avx512f"))) void micro_kernel_avx512(const double* __rest
     _mm512_storeu_pd(P + i * 16 + 8, c[i][1]);
   }
 }
+// GCC 12's own AVX-512 conversion intrinsics trip -Wmaybe-uninitialized (their pass-through
+// operand is deliberately undefined).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The same product with the fold into the accumulators done in registers, for full 12 x 16
 // tiles: the arithmetic of fold_row() operation for operation (so results are bitwise equal),
 // 8 or 16 lanes wide. kind: 0 exact (acc_d), 1 deepgemm, 2 cublas (acc_f); ld: accumulator row
@@ -260,6 +264,8 @@ __attribute__((target("avx512f,avx512dq"))) void micro_kernel_avx512_fold(const 
                                     : _mm512_fmadd_ps(_mm512_mul_ps(pf, fa), sbf, acc));
   }
 }
+#pragma GCC diagnostic pop
+
 bool have_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return yes;
