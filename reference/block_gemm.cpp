@@ -92,10 +92,43 @@ inline void fold_row(const Combine& c, const double* P, float sa, const float* s
   }
 }
 
+bool have_avx512();  // run-time dispatch, defined with the kernels below
+
+// round_bf16(double) over a row: 8 lanes at a time with AVX-512 where every lane is in bf16's
+// normal range (the bit-exact RNE of reference/formats.hpp's fast branch, vectorized), the
+// scalar function elsewhere.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void round_bf16_row_avx512(const double* x, int n, double* out) {
+  int j = 0;
+  const __m512i round = _mm512_set1_epi64((std::int64_t{1} << 44) - 1), one = _mm512_set1_epi64(1);
+  const __m512i keep = _mm512_set1_epi64(~((std::int64_t{1} << 45) - 1));
+  const __m512d lo = _mm512_set1_pd(0x1p-126), hi = _mm512_set1_pd(0x1p127);
+  for (; j + 8 <= n; j += 8) {
+    const __m512d v = _mm512_loadu_pd(x + j);
+    const __m512d a = _mm512_abs_pd(v);
+    const __mmask8 ok = _mm512_cmp_pd_mask(a, lo, _CMP_GE_OQ) & _mm512_cmp_pd_mask(a, hi, _CMP_LT_OQ);
+    if (ok != 0xff) {
+      for (int k = j; k < j + 8; ++k) out[k] = round_bf16(x[k]);
+      continue;
+    }
+    __m512i u = _mm512_castpd_si512(v);
+    u = _mm512_add_epi64(u, _mm512_add_epi64(round, _mm512_and_si512(_mm512_srli_epi64(u, 45), one)));
+    _mm512_storeu_pd(out + j, _mm512_castsi512_pd(_mm512_and_si512(u, keep)));  // a bf16 value: exact
+  }
+  for (; j < n; ++j) out[j] = round_bf16(x[j]);
+}
+#endif
+
 // finish() over a row, one straight loop per mode and dtype.
 inline void finish_row(const Combine& c, OutDtype out, const double* acc_d, const float* acc_f, int n, double* C) {
   if (c.mode == Mode::exact) {
     if (out == OutDtype::bf16) {
+#if defined(__x86_64__)
+      if (have_avx512()) {
+        round_bf16_row_avx512(acc_d, n, C);
+        return;
+      }
+#endif
       for (int j = 0; j < n; ++j) C[j] = round_bf16(acc_d[j]);
     } else if (out == OutDtype::fp32) {
       for (int j = 0; j < n; ++j) C[j] = static_cast<float>(acc_d[j]);
@@ -299,10 +332,11 @@ void alloc_packed(const BlockOperand& op, std::int64_t nkb, int B, int mr, Packe
   out.scales.resize(static_cast<std::size_t>(nkb * op.rows));
 }
 
-// Filling, work-shared among the threads of the enclosing parallel region.
+// Filling, work-shared among the threads of the enclosing parallel region, without a barrier:
+// the caller places one after packing every operand.
 void pack_operand(const BlockOperand& op, std::int64_t nkb, int B, int mr, Packed& out) {
   const auto& lut = units_lut().v;
-#pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(2) schedule(static) nowait
   for (std::int64_t b = 0; b < nkb; ++b) {
     for (std::int64_t p = 0; p < out.panels; ++p) {
       double* d = out.data + (b * out.panels + p) * B * mr;
@@ -324,70 +358,93 @@ void pack_operand(const BlockOperand& op, std::int64_t nkb, int B, int mr, Packe
   }
 }
 
-void block_gemm_fast(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
-                     const GemmOptions& opt) {
+// Every task of a batch (usually the experts of one grouped pass) in one parallel region: the
+// operands are packed, then the macro-tiles of all tasks are shared out dynamically, so small
+// experts keep every thread busy and no expert waits at its own barrier.
+void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
   const bool wide = have_avx512();
   const int nr = wide ? 16 : kNR, mr = wide ? kMR512 : kMR;
   auto kernel = wide ? micro_kernel_avx512 : micro_kernel_avx2;
   const int B = opt.quant.block;
-  const std::int64_t nkb = kc / B;
   const Combine cmb{opt.mode, opt.promotion};
   const int kind = opt.mode == Mode::exact ? 0 : opt.promotion == Promotion::deepgemm ? 1 : 2;
-  // Macro-tiles: kMC rows x nc cols; narrower column tiles when there are too few tiles to keep
-  // every thread busy (small experts).
-  const std::int64_t mt = (L.rows + kMC - 1) / kMC;
+  const std::size_t n = tasks.size();
+  // Macro-tiles: kMC rows x nc_tile cols; narrower column tiles when there are too few tiles to
+  // keep every thread busy.
+  auto count_tiles = [&](std::int64_t nc) {
+    std::int64_t t = 0;
+    for (const GemmTask& g : tasks) t += ((g.L.rows + kMC - 1) / kMC) * ((g.R.rows + nc - 1) / nc);
+    return t;
+  };
   std::int64_t nc_tile = kNC;
-  while (nc_tile > 2 * nr && mt * ((R.rows + nc_tile - 1) / nc_tile) < 2 * omp_get_max_threads()) nc_tile /= 2;
-  const std::int64_t nt = (R.rows + nc_tile - 1) / nc_tile;
+  while (nc_tile > 2 * nr && count_tiles(nc_tile) < 2 * omp_get_max_threads()) nc_tile /= 2;
+  // Tile index ranges per task, for one flat dynamic loop over all of them.
+  std::vector<std::int64_t> first_tile(n + 1, 0), nt(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    nt[t] = (tasks[t].R.rows + nc_tile - 1) / nc_tile;
+    first_tile[t + 1] = first_tile[t] + ((tasks[t].L.rows + kMC - 1) / kMC) * nt[t];
+  }
   // Per calling thread and reused across calls: large first-touch allocations per GEMM cost
   // page faults comparable to the arithmetic of a small expert.
-  thread_local Packed tl_lp, tl_rp;
-  Packed& lp = tl_lp;  // the calling thread's buffers, shared with the team below
-  Packed& rp = tl_rp;
-  alloc_packed(L, nkb, B, mr, lp);
-  alloc_packed(R, nkb, B, nr, rp);
+  thread_local std::vector<Packed> tl_lp, tl_rp;
+  std::vector<Packed>& lp = tl_lp;  // the calling thread's buffers, shared with the team below
+  std::vector<Packed>& rp = tl_rp;
+  if (lp.size() < n) lp.resize(n);
+  if (rp.size() < n) rp.resize(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    alloc_packed(tasks[t].L, tasks[t].kc / B, B, mr, lp[t]);
+    alloc_packed(tasks[t].R, tasks[t].kc / B, B, nr, rp[t]);
+  }
   (void)units_lut();  // built before the threads start
 #pragma omp parallel
   {
-    pack_operand(L, nkb, B, mr, lp);  // work-shared; the implicit barrier ends it
-    pack_operand(R, nkb, B, nr, rp);
+    for (std::size_t t = 0; t < n; ++t) {  // work-shared packing; one barrier at the end
+      pack_operand(tasks[t].L, tasks[t].kc / B, B, mr, lp[t]);
+      pack_operand(tasks[t].R, tasks[t].kc / B, B, nr, rp[t]);
+    }
+#pragma omp barrier
     std::vector<double> acc_d(static_cast<std::size_t>(kMC * nc_tile));
     std::vector<float> acc_f(static_cast<std::size_t>(kMC * nc_tile));
     alignas(64) double P[kMRMax * kNRMax];
-#pragma omp for schedule(dynamic, 1) collapse(2)
-    for (std::int64_t ti = 0; ti < mt; ++ti) {
-      for (std::int64_t tj = 0; tj < nt; ++tj) {
-        const std::int64_t i0 = ti * kMC, j0 = tj * nc_tile;
-        const int mc = static_cast<int>(std::min<std::int64_t>(kMC, L.rows - i0));
-        const int nc = static_cast<int>(std::min<std::int64_t>(nc_tile, R.rows - j0));
-        std::fill(acc_d.begin(), acc_d.end(), 0.0);
-        std::fill(acc_f.begin(), acc_f.end(), 0.0f);
-        for (std::int64_t b = 0; b < nkb; ++b) {
-          const float* sl = lp.scales.data() + b * L.rows + i0;
-          const float* sr = rp.scales.data() + b * R.rows + j0;
-          for (int pj = 0; pj * nr < nc; ++pj) {
-            const double* rpanel = rp.data + (b * rp.panels + j0 / nr + pj) * B * nr;
-            for (int pi = 0; pi * mr < mc; ++pi) {
-              const double* lpanel = lp.data + (b * lp.panels + i0 / mr + pi) * B * mr;
-              if (wide && mc - pi * mr >= mr && nc - pj * nr >= nr) {
-                const std::int64_t off = static_cast<std::int64_t>(pi) * mr * nc_tile + pj * nr;
-                micro_kernel_avx512_fold(lpanel, rpanel, B, kind, sl + pi * mr, sr + pj * nr, acc_d.data() + off,
-                                         acc_f.data() + off, nc_tile);
-                continue;
-              }
-              kernel(lpanel, rpanel, B, P);
-              const int rows = std::min(mr, mc - pi * mr), ncols = std::min(nr, nc - pj * nr);
-              for (int i = 0; i < rows; ++i) {
-                const int r = pi * mr + i;
-                const std::int64_t off = r * nc_tile + pj * nr;
-                fold_row(cmb, P + i * nr, sl[r], sr + pj * nr, ncols, acc_d.data() + off, acc_f.data() + off);
-              }
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t tile = 0; tile < first_tile[n]; ++tile) {
+      const std::size_t t = static_cast<std::size_t>(
+          std::upper_bound(first_tile.begin(), first_tile.end(), tile) - first_tile.begin() - 1);
+      const GemmTask& g = tasks[t];
+      const Packed& l = lp[t];
+      const Packed& r = rp[t];
+      const std::int64_t local = tile - first_tile[t], nkb = g.kc / B;
+      const std::int64_t i0 = local / nt[t] * kMC, j0 = local % nt[t] * nc_tile;
+      const int mc = static_cast<int>(std::min<std::int64_t>(kMC, g.L.rows - i0));
+      const int nc = static_cast<int>(std::min<std::int64_t>(nc_tile, g.R.rows - j0));
+      std::fill(acc_d.begin(), acc_d.end(), 0.0);
+      std::fill(acc_f.begin(), acc_f.end(), 0.0f);
+      for (std::int64_t b = 0; b < nkb; ++b) {
+        const float* sl = l.scales.data() + b * g.L.rows + i0;
+        const float* sr = r.scales.data() + b * g.R.rows + j0;
+        for (int pj = 0; pj * nr < nc; ++pj) {
+          const double* rpanel = r.data + (b * r.panels + j0 / nr + pj) * B * nr;
+          for (int pi = 0; pi * mr < mc; ++pi) {
+            const double* lpanel = l.data + (b * l.panels + i0 / mr + pi) * B * mr;
+            if (wide && mc - pi * mr >= mr && nc - pj * nr >= nr) {
+              const std::int64_t off = static_cast<std::int64_t>(pi) * mr * nc_tile + pj * nr;
+              micro_kernel_avx512_fold(lpanel, rpanel, B, kind, sl + pi * mr, sr + pj * nr, acc_d.data() + off,
+                                       acc_f.data() + off, nc_tile);
+              continue;
+            }
+            kernel(lpanel, rpanel, B, P);
+            const int rows = std::min(mr, mc - pi * mr), ncols = std::min(nr, nc - pj * nr);
+            for (int i = 0; i < rows; ++i) {
+              const int rr = pi * mr + i;
+              const std::int64_t off = rr * nc_tile + pj * nr;
+              fold_row(cmb, P + i * nr, sl[rr], sr + pj * nr, ncols, acc_d.data() + off, acc_f.data() + off);
             }
           }
         }
-        for (int i = 0; i < mc; ++i) {
-          finish_row(cmb, opt.out, acc_d.data() + i * nc_tile, acc_f.data() + i * nc_tile, nc, C + (i0 + i) * ldc + j0);
-        }
+      }
+      for (int i = 0; i < mc; ++i) {
+        finish_row(cmb, opt.out, acc_d.data() + i * nc_tile, acc_f.data() + i * nc_tile, nc,
+                   g.C + (i0 + i) * g.ldc + j0);
       }
     }
   }
@@ -429,16 +486,27 @@ void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_
   }
 }
 
+void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt) {
+  check_combine_mode(opt);
+  std::vector<GemmTask> work;
+  for (const GemmTask& t : tasks) {
+    if (t.kc % opt.quant.block != 0) {
+      fail("block_gemm: contraction ", t.kc, " is not a multiple of the block ", opt.quant.block);
+    }
+    if (t.L.rows > 0 && t.R.rows > 0) work.push_back(t);
+  }
+  if (work.empty()) return;
+  if (opt.quant.format == Fp8Format::e4m3) {
+    block_gemm_fast(work, opt);
+  } else {
+    for (const GemmTask& t : work) block_gemm_scalar(t.L, t.R, t.kc, t.C, t.ldc, opt);
+  }
+}
+
 void block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
                 const GemmOptions& opt) {
-  check_combine_mode(opt);
-  if (kc % opt.quant.block != 0) fail("block_gemm: contraction ", kc, " is not a multiple of the block ", opt.quant.block);
-  if (L.rows == 0 || R.rows == 0) return;
-  if (opt.quant.format == Fp8Format::e4m3) {
-    block_gemm_fast(L, R, kc, C, ldc, opt);
-  } else {
-    block_gemm_scalar(L, R, kc, C, ldc, opt);
-  }
+  const GemmTask t{L, R, kc, C, ldc};
+  block_gemm_batch(std::span<const GemmTask>(&t, 1), opt);
 }
 
 }  // namespace fp8moe

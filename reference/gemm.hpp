@@ -71,6 +71,14 @@ struct BlockOperand {
 // (exact or promote_fp32); C is written with row stride ldc. kc must be a multiple of B.
 void block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
                 const GemmOptions& opt);
+// Several independent GEMMs (the experts of one grouped pass), run in one parallel region.
+struct GemmTask {
+  BlockOperand L, R;
+  std::int64_t kc = 0;
+  double* C = nullptr;
+  std::int64_t ldc = 0;
+};
+void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt);
 // The same through the plain scalar path (any format; int128 block partials): the oracle-free
 // reference the fast path is held against in tests.
 void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C,

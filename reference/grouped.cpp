@@ -121,6 +121,7 @@ TensorD wide_dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::i
 TensorD wide_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs) {
   const std::int64_t N = dOut.dim(1), K = A.dim(1), E = static_cast<std::int64_t>(offs.size());
   TensorD out({E, N, K}, 0.0);
+  std::vector<GemmTask> tasks;
   std::int64_t s = 0;
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
@@ -209,12 +210,14 @@ TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<cons
   if (W_q.codes.dim(2) != K) fail("fwd: A has K = ", K, " but W has K = ", W_q.codes.dim(2));
   check_offsets(offs, M);
   TensorD out({M, N}, 0.0);
+  std::vector<GemmTask> tasks;
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
-    block_gemm(lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K,
-               out.ptr() + s * N, N, opt);
+    tasks.push_back({lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K,
+                     out.ptr() + s * N, N});
     s = offs[e];
   }
+  block_gemm_batch(tasks, opt);
   return out;
 }
 
@@ -227,12 +230,14 @@ TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span
   if (W_q.codes.dim(2) != N) fail("dgrad: dOut has N = ", N, " but W has N = ", W_q.codes.dim(2));
   check_offsets(offs, M);
   TensorD out({M, K}, 0.0);
+  std::vector<GemmTask> tasks;
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
-    block_gemm(lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
-               out.ptr() + s * K, K, opt);
+    tasks.push_back({lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
+                     out.ptr() + s * K, K});
     s = offs[e];
   }
+  block_gemm_batch(tasks, opt);
   return out;
 }
 
@@ -247,6 +252,7 @@ TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::spa
   check_offsets(offs, M);
   const std::int64_t E = static_cast<std::int64_t>(offs.size());
   TensorD out({E, N, K}, 0.0);
+  std::vector<GemmTask> tasks;
   std::int64_t s = 0;
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
@@ -254,9 +260,10 @@ TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::spa
     const BlockOperand L{dOutT_q.codes.ptr() + s, M, 1, dOutT_q.scales.ptr() + s / B, M / B, 1, 1, N};
     // rhs: A^T (K, tokens of e) read from A codes (M, K); scales (M/B, K) from row s/B
     const BlockOperand R{A_q.codes.ptr() + s * K, 1, K, A_q.scales.ptr() + (s / B) * K, 1, K, 1, K};
-    block_gemm(L, R, Me, out.ptr() + e * N * K, K, opt);
+    tasks.push_back({L, R, Me, out.ptr() + e * N * K, K});
     s = offs[static_cast<std::size_t>(e)];
   }
+  block_gemm_batch(tasks, opt);
   return out;
 }
 
