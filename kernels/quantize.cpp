@@ -16,19 +16,6 @@ void require_rank(const std::vector<std::int64_t>& s, std::size_t rank, Recipe r
 }
 
 // Token offsets for the K-grouped recipes: non-decreasing, each group a multiple of B, ending at M.
-void check_kgroups(std::span<const std::int32_t> offs, std::int64_t M, int B) {
-  std::int32_t prev = 0;
-  for (std::size_t e = 0; e < offs.size(); ++e) {
-    if (offs[e] < prev) fail("offsets must not decrease: offs[", e, "] = ", offs[e], " < ", prev);
-    if ((offs[e] - prev) % B != 0) {
-      fail("expert ", e, " has ", offs[e] - prev, " tokens, not a multiple of the quantization block ", B,
-           ": turn token-group padding on");
-    }
-    prev = offs[e];
-  }
-  if (prev != M) fail("the last offset is ", prev, " but the tensor has ", M, " rows: offs[E-1] must equal M");
-}
-
 std::int64_t product(const std::vector<std::int64_t>& s) {
   std::int64_t n = 1;
   for (auto d : s) n *= d;
@@ -37,18 +24,6 @@ std::int64_t product(const std::vector<std::int64_t>& s) {
 
 }  // namespace
 
-const char* recipe_name(Recipe r) {
-  switch (r) {
-    case Recipe::act_lhs: return "1x128";
-    case Recipe::act_rhs: return "128x1";
-    case Recipe::act_lhs_t: return "1x128T";
-    case Recipe::weight_fwd: return "128x128";
-    case Recipe::weight_dgrad: return "128x128T";
-    case Recipe::kgrouped_lhs: return "kgrouped-lhs";
-    case Recipe::kgrouped_rhs: return "kgrouped-rhs";
-  }
-  return "?";
-}
 
 std::int64_t QuantLayout::code_count() const { return product(codes); }
 std::int64_t QuantLayout::scale_count() const { return product(scales); }
@@ -79,11 +54,11 @@ QuantLayout quant_layout(Recipe r, const std::vector<std::int64_t>& s, std::span
     }
     case Recipe::kgrouped_lhs:
       require_rank(s, 2, r);
-      check_kgroups(offs, s[0], B);
+      check_kgroup_offsets(offs, s[0], B);
       return {{s[1], s[0]}, {s[1], s[0] / B}, 1, B};
     case Recipe::kgrouped_rhs:
       require_rank(s, 2, r);
-      check_kgroups(offs, s[0], B);
+      check_kgroup_offsets(offs, s[0], B);
       return {{s[0], s[1]}, {s[0] / B, s[1]}, B, 1};
   }
   return l;

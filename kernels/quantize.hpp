@@ -30,8 +30,7 @@ namespace fp8moe::kernels {
 
 using Bf16Bits = std::uint16_t;
 
-enum class Recipe { act_lhs, act_rhs, act_lhs_t, weight_fwd, weight_dgrad, kgrouped_lhs, kgrouped_rhs };
-const char* recipe_name(Recipe r);  // reference/'s names: "1x128", "128x1", "1x128T", ...
+using fp8moe::Recipe;  // reference/quantize.hpp: the quantizers by name
 inline constexpr Recipe kAllRecipes[] = {Recipe::act_lhs,      Recipe::act_rhs,      Recipe::act_lhs_t,
                                          Recipe::weight_fwd,   Recipe::weight_dgrad, Recipe::kgrouped_lhs,
                                          Recipe::kgrouped_rhs};

@@ -4,7 +4,7 @@
 // shared memory, accumulates the exact partial in int64 (e4m3) or int128 (e5m2), rounds it once to
 // fp32 and folds it with the block scales using explicit __fmul_rn/__fmaf_rn, so nothing depends
 // on contraction or on the order of the integer sum.
-#include "kernels/block_partial.hpp"
+#include "reference/block_partial.hpp"
 #include "kernels/simt_gemm.hpp"
 
 namespace fp8moe::kernels {

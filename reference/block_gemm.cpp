@@ -15,32 +15,11 @@
 #include <cmath>
 #include <vector>
 
+#include "reference/block_partial.hpp"
 #include "reference/gemm.hpp"
 
 namespace fp8moe {
 namespace {
-
-// Round an exact integer partial (times 2^-shift) to fp32 once, RNE. |P| < 2^127.
-float i128_to_f32_scaled(__int128 p, int shift) {
-  if (p == 0) return 0.0f;
-  const bool neg = p < 0;
-  unsigned __int128 m = neg ? static_cast<unsigned __int128>(-p) : static_cast<unsigned __int128>(p);
-  int msb = 127;
-  while (((m >> msb) & 1) == 0) --msb;
-  float f;
-  if (msb <= 23) {
-    f = static_cast<float>(static_cast<std::uint32_t>(m));  // exact
-  } else {
-    const int drop = msb - 23;
-    unsigned __int128 q = m >> drop;
-    const unsigned __int128 rem = m & ((static_cast<unsigned __int128>(1) << drop) - 1);
-    const unsigned __int128 half = static_cast<unsigned __int128>(1) << (drop - 1);
-    if (rem > half || (rem == half && (q & 1))) q += 1;
-    f = std::ldexp(static_cast<float>(static_cast<std::uint32_t>(q)), drop);  // q <= 2^24: exact
-  }
-  f = std::ldexp(f, -shift);  // power-of-two scaling: exact (results stay normal)
-  return neg ? -f : f;
-}
 
 double i128_to_f64_scaled(__int128 p, int shift) {
   // Exact when |p| < 2^53 (always for e4m3); otherwise one rounding (e5m2, documented).

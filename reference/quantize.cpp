@@ -6,6 +6,19 @@
 
 namespace fp8moe {
 
+const char* recipe_name(Recipe r) {
+  switch (r) {
+    case Recipe::act_lhs: return "1x128";
+    case Recipe::act_rhs: return "128x1";
+    case Recipe::act_lhs_t: return "1x128T";
+    case Recipe::weight_fwd: return "128x128";
+    case Recipe::weight_dgrad: return "128x128T";
+    case Recipe::kgrouped_lhs: return "kgrouped-lhs";
+    case Recipe::kgrouped_rhs: return "kgrouped-rhs";
+  }
+  return "?";
+}
+
 const char* format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
 
 Fp8Format parse_format(const std::string& s) {
@@ -172,8 +185,9 @@ void require_rank(const TensorF& x, int rank, const char* what) {
   if (x.rank() != rank) fail(what, " expects a ", rank, "-D tensor, got shape ", shape_str(x.shape));
 }
 
-// Token offsets for the K-grouped quantizers: validated, and every group a multiple of B.
-void check_kgroups(std::span<const std::int32_t> offs, std::int64_t M, int B) {
+}  // namespace
+
+void check_kgroup_offsets(std::span<const std::int32_t> offs, std::int64_t M, int B) {
   std::int32_t prev = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
     if (offs[e] < prev) fail("offsets must not decrease: offs[", e, "] = ", offs[e], " < ", prev);
@@ -186,7 +200,6 @@ void check_kgroups(std::span<const std::int32_t> offs, std::int64_t M, int B) {
   if (prev != M) fail("the last offset is ", prev, " but the tensor has ", M, " rows: offs[E-1] must equal M");
 }
 
-}  // namespace
 
 Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
@@ -247,7 +260,7 @@ Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> 
   check_quant_options(opt);
   require_rank(x, 2, "the K-grouped quantizer");
   const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
-  check_kgroups(offs, M, opt.block);
+  check_kgroup_offsets(offs, M, opt.block);
   // Codes (D, M): expert e owns columns [start_e, end_e) and scale columns [start_e/B, end_e/B).
   Quantized q = make({D, M}, {D, M / B}, 1, opt.block, opt, "kgrouped-lhs");
   std::int64_t start = 0;
@@ -269,7 +282,7 @@ Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> 
   check_quant_options(opt);
   require_rank(x, 2, "the K-grouped quantizer");
   const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
-  check_kgroups(offs, M, opt.block);
+  check_kgroup_offsets(offs, M, opt.block);
   // Codes (M, D) in place; expert e owns scale rows [start_e/B, end_e/B).
   Quantized q = make({M, D}, {M / B, D}, opt.block, 1, opt, "kgrouped-rhs");
   std::int64_t start = 0;

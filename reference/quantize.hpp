@@ -53,6 +53,22 @@ struct Quantized {
 
 enum class WeightOrientation { fwd, dgrad };
 
+// The quantizers by name, for the backends (CPU and CUDA) that dispatch on a recipe.
+enum class Recipe : std::uint8_t {
+  act_lhs,       // 1x128 along the last dim, (M,K) -> codes (M,K)
+  act_rhs,       // 128x1 along tokens, (M,K) -> codes (M,K)
+  act_lhs_t,     // 1x128 along tokens of x^T, (M,K) -> codes (K,M)
+  weight_fwd,    // grouped 128x128, (E,N,K) -> codes (E,N,K)
+  weight_dgrad,  // grouped 128x128 transposed, (E,N,K) -> codes (E,K,N)
+  kgrouped_lhs,  // per-expert 1x128 along tokens, (M,D) -> codes (D,M)
+  kgrouped_rhs,  // per-expert 128x1 along tokens, (M,D) -> codes (M,D)
+};
+const char* recipe_name(Recipe r);  // "1x128", "128x1", "1x128T", "128x128", "128x128T", "kgrouped-lhs", ...
+
+// Offsets for the K-grouped quantizers: non-decreasing, ending at M, every expert's token count a
+// multiple of B (else an Error naming the expert and saying to turn padding on).
+void check_kgroup_offsets(std::span<const std::int32_t> offs, std::int64_t M, int B);
+
 Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt);
 Quantized quantize_act_rhs(const TensorF& x, const QuantOptions& opt);
 Quantized quantize_act_lhs_t(const TensorF& x, const QuantOptions& opt);

@@ -11,16 +11,7 @@
 
 namespace fp8moe::sim {
 
-enum class Recipe : std::uint8_t {
-  act_lhs,            // 1x128 along the last dim, (M,K) -> codes (M,K)
-  act_rhs,            // 128x1 along tokens, (M,K) -> codes (M,K)
-  act_lhs_t,          // 1x128 along tokens of x^T, (M,K) -> codes (K,M)
-  weight_fwd,         // grouped 128x128, (E,N,K) -> codes (E,N,K)
-  weight_dgrad,       // grouped 128x128 transposed, (E,N,K) -> codes (E,K,N)
-  kgrouped_lhs,       // per-expert 1x128 along tokens, (M,D) -> codes (D,M)
-  kgrouped_rhs,       // per-expert 128x1 along tokens, (M,D) -> codes (M,D)
-};
-const char* recipe_name(Recipe r);
+using fp8moe::Recipe;  // reference/quantize.hpp: the quantizers by name
 
 class Backend {
  public:

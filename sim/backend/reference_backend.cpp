@@ -6,19 +6,6 @@
 
 namespace fp8moe::sim {
 
-const char* recipe_name(Recipe r) {
-  switch (r) {
-    case Recipe::act_lhs: return "1x128";
-    case Recipe::act_rhs: return "128x1";
-    case Recipe::act_lhs_t: return "1x128T";
-    case Recipe::weight_fwd: return "128x128";
-    case Recipe::weight_dgrad: return "128x128T";
-    case Recipe::kgrouped_lhs: return "kgrouped-lhs";
-    case Recipe::kgrouped_rhs: return "kgrouped-rhs";
-  }
-  return "?";
-}
-
 TensorF to_float(const TensorD& t) {
   TensorF f(t.shape);
   for (std::size_t i = 0; i < t.numel(); ++i) f.data[i] = static_cast<float>(t.data[i]);

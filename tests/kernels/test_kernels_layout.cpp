@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/block_partial.hpp"
+#include "reference/block_partial.hpp"
 #include "kernels/quantize.hpp"
 #include "reference/quantize.hpp"
 #include "support/test_support.hpp"
@@ -34,7 +34,7 @@ TEST_CASE("quant_layout gives reference/'s code and scale shapes and block exten
         {Recipe::kgrouped_rhs, quantize_kgrouped_rhs(TensorF({M, K}, 1.0f), offs, opt)},
     };
     for (const auto& [r, q] : pairs) {
-      CAPTURE(kernels::recipe_name(r));
+      CAPTURE(recipe_name(r));
       const std::vector<std::int64_t> in = r == Recipe::act_rhs || r == Recipe::act_lhs_t ? std::vector<std::int64_t>{M + 17, K + 3}
                                            : (r == Recipe::weight_fwd || r == Recipe::weight_dgrad) ? w.shape
                                                                                                     : x.shape;
@@ -44,7 +44,7 @@ TEST_CASE("quant_layout gives reference/'s code and scale shapes and block exten
       CHECK(l.scales == q.scales.shape);
       CHECK(l.block_rows == q.block_rows);
       CHECK(l.block_cols == q.block_cols);
-      CHECK(std::string(kernels::recipe_name(r)) == q.recipe);
+      CHECK(std::string(recipe_name(r)) == q.recipe);
     }
   }
 }
@@ -59,7 +59,7 @@ TEST_CASE("i128_to_f32_scaled rounds exact partials once, RNE, like the fp64 -> 
     std::int64_t p = static_cast<std::int64_t>(rng() >> (64 - bits));
     if (rng() & 1) p = -p;
     const float want = static_cast<float>(std::ldexp(static_cast<double>(p), -18));
-    const float got = kernels::i128_to_f32_scaled(p, 18);
+    const float got = i128_to_f32_scaled(p, 18);
     REQUIRE_MESSAGE(f32_bits(want) == f32_bits(got), "p = ", p);
   }
   for (int i = 0; i < 200000; ++i) {
@@ -77,14 +77,14 @@ TEST_CASE("i128_to_f32_scaled rounds exact partials once, RNE, like the fp64 -> 
       t = (m >> drop) | (sticky ? 1 : 0);
       const double d = std::ldexp(static_cast<double>(static_cast<std::uint64_t>(t)), drop - 32);
       const float want = static_cast<float>(d);
-      REQUIRE(f32_bits(want) == f32_bits(kernels::i128_to_f32_scaled(static_cast<__int128>(m), 32)));
-      REQUIRE(f32_bits(-want) == f32_bits(kernels::i128_to_f32_scaled(-static_cast<__int128>(m), 32)));
+      REQUIRE(f32_bits(want) == f32_bits(i128_to_f32_scaled(static_cast<__int128>(m), 32)));
+      REQUIRE(f32_bits(-want) == f32_bits(i128_to_f32_scaled(-static_cast<__int128>(m), 32)));
     } else {
       const float want = static_cast<float>(std::ldexp(static_cast<double>(static_cast<std::uint64_t>(t)), -32));
-      REQUIRE(f32_bits(want) == f32_bits(kernels::i128_to_f32_scaled(static_cast<__int128>(m), 32)));
+      REQUIRE(f32_bits(want) == f32_bits(i128_to_f32_scaled(static_cast<__int128>(m), 32)));
     }
   }
-  CHECK(kernels::i128_to_f32_scaled(0, 18) == 0.0f);
+  CHECK(i128_to_f32_scaled(0, 18) == 0.0f);
 }
 
 }  // namespace

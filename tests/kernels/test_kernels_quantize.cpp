@@ -52,7 +52,7 @@ std::vector<std::uint16_t> to_bf16_bits(const TensorF& x) {
 
 // Quantize x on both sides (the GPU from fp32 or bf16 input) and require bitwise equality.
 void check_recipe(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt, bool bf16_in) {
-  CAPTURE(kernels::recipe_name(r));
+  CAPTURE(recipe_name(r));
   CAPTURE(shape_str(x.shape));
   CAPTURE(opt.block);
   CAPTURE(opt.pow2_scales);

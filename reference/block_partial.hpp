@@ -1,13 +1,13 @@
 #pragma once
 // Rounding an exact integer block partial to fp32, host+device: the one rounding of promote-fp32
-// (DESIGN.md 3.6). Same arithmetic as reference/block_gemm.cpp's i128_to_f32_scaled (kept there in
-// an anonymous namespace): round |p| to 24 significant bits (RNE), then scale by 2^-shift, which is
+// (DESIGN.md 3.6), used by the CPU scalar path (reference/block_gemm.cpp) and the simt kernel
+// (kernels/simt_gemm.cu): round |p| to 24 significant bits (RNE), then scale by 2^-shift, which is
 // exact because every partial of an e4m3/e5m2 block (|p| >= 1 unit) stays a normal fp32.
 #include <cstdint>
 
 #include "reference/hd.hpp"
 
-namespace fp8moe::kernels {
+namespace fp8moe {
 
 // 2^e as fp32 for -126 <= e <= 127.
 FP8MOE_HD float pow2f(int e) { return f32_from_bits(static_cast<std::uint32_t>(e + 127) << 23); }
@@ -36,4 +36,4 @@ FP8MOE_HD float i128_to_f32_scaled(__int128 p, int shift) {
   return neg ? -f : f;
 }
 
-}  // namespace fp8moe::kernels
+}  // namespace fp8moe
