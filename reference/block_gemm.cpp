@@ -319,19 +319,20 @@ void pack_operand(const BlockOperand& op, std::int64_t nkb, int B, int mr, Packe
   for (std::int64_t b = 0; b < nkb; ++b) {
     for (std::int64_t p = 0; p < out.panels; ++p) {
       double* d = out.data + (b * out.panels + p) * B * mr;
+      // Row sources of this panel; rows past the operand read a zero code (value 0).
+      static const std::uint8_t kZero[1] = {0};
+      const std::uint8_t* src[kMRMax > kNRMax ? kMRMax : kNRMax];
+      std::int64_t step[kMRMax > kNRMax ? kMRMax : kNRMax];
       for (int i = 0; i < mr; ++i) {
         const std::int64_t r = p * mr + i;
-        if (r >= op.rows) {
-          for (int k = 0; k < B; ++k) d[k * mr + i] = 0.0;
-          continue;
-        }
-        const std::uint8_t* src = op.codes + r * op.rs + b * B * op.ks;
-        if (op.ks == 1) {
-          for (int k = 0; k < B; ++k) d[k * mr + i] = lut[src[k]];
-        } else {
-          for (int k = 0; k < B; ++k) d[k * mr + i] = lut[src[k * op.ks]];
-        }
-        out.scales[static_cast<std::size_t>(b * op.rows + r)] = scale_of(op, r, b);
+        const bool live = r < op.rows;
+        src[i] = live ? op.codes + r * op.rs + b * B * op.ks : kZero;
+        step[i] = live ? op.ks : 0;
+        if (live) out.scales[static_cast<std::size_t>(b * op.rows + r)] = scale_of(op, r, b);
+      }
+      // k outer, rows inner: the packed slab is written sequentially.
+      for (int k = 0; k < B; ++k) {
+        for (int i = 0; i < mr; ++i) d[k * mr + i] = lut[src[i][k * step[i]]];
       }
     }
   }
