@@ -295,6 +295,19 @@ Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> 
   return q;
 }
 
+Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
+  switch (r) {
+    case Recipe::act_lhs: return quantize_act_lhs(x, opt);
+    case Recipe::act_rhs: return quantize_act_rhs(x, opt);
+    case Recipe::act_lhs_t: return quantize_act_lhs_t(x, opt);
+    case Recipe::weight_fwd: return quantize_grouped_weight(x, WeightOrientation::fwd, opt);
+    case Recipe::weight_dgrad: return quantize_grouped_weight(x, WeightOrientation::dgrad, opt);
+    case Recipe::kgrouped_lhs: return quantize_kgrouped_lhs(x, offs, opt);
+    case Recipe::kgrouped_rhs: return quantize_kgrouped_rhs(x, offs, opt);
+  }
+  fail("unknown recipe ", static_cast<int>(r));
+}
+
 namespace {
 
 // value(code, s_inv) for every element of q, in the codes' shape.

@@ -77,6 +77,9 @@ Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, co
 Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt);
 Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt);
 
+// The quantizer named by `r` (offs for the K-grouped recipes only).
+Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt);
+
 // decode(code) * s_inv for every element, in the codes' shape (fp32 products, as torchao's
 // dequantize does). Non-finite codes give NaN.
 TensorF dequantize(const Quantized& q);

@@ -22,16 +22,7 @@ bool is_weight(Recipe r) { return r == Recipe::weight_fwd || r == Recipe::weight
 bool is_kgrouped(Recipe r) { return r == Recipe::kgrouped_lhs || r == Recipe::kgrouped_rhs; }
 
 Quantized cpu_quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
-  switch (r) {
-    case Recipe::act_lhs: return quantize_act_lhs(x, opt);
-    case Recipe::act_rhs: return quantize_act_rhs(x, opt);
-    case Recipe::act_lhs_t: return quantize_act_lhs_t(x, opt);
-    case Recipe::weight_fwd: return quantize_grouped_weight(x, WeightOrientation::fwd, opt);
-    case Recipe::weight_dgrad: return quantize_grouped_weight(x, WeightOrientation::dgrad, opt);
-    case Recipe::kgrouped_lhs: return quantize_kgrouped_lhs(x, offs, opt);
-    case Recipe::kgrouped_rhs: return quantize_kgrouped_rhs(x, offs, opt);
-  }
-  return {};
+  return fp8moe::quantize(r, x, offs, opt);
 }
 
 // All-zero blocks in every recipe: row 1, column 2, and the first B x B tile of the first matrix.
