@@ -212,15 +212,7 @@ int cmd_gemm(const Args& args) {
   const std::int64_t M = d.A.dim(0), K = d.A.dim(1), N = d.W.dim(1), E = d.W.dim(0);
   check_offsets(d.offs, M);
 
-  // Padding: auto turns it on when a group is not a multiple of the block (wgrad needs whole
-  // token blocks per expert).
-  const std::string pad = vm["pad"].as<std::string>();
-  bool ragged = false;
-  for (std::int32_t s : group_sizes(d.offs)) ragged = ragged || s % base.quant.block != 0;
-  if (pad == "on") base.pad = true;
-  else if (pad == "off") base.pad = false;
-  else if (pad == "auto") base.pad = ragged;
-  else fail("--pad '", pad, "': use on, off or auto");
+  base.pad = resolve_padding(vm["pad"].as<std::string>(), d.offs, base.quant.block);
 
   // Block rules, checked before anything is printed so a bad case fails as one line.
   bool any_quantized = false;
@@ -236,7 +228,7 @@ int cmd_gemm(const Args& args) {
            ": weights are quantized in ", B, "x", B, " tiles; use an N that is a multiple of ", B);
     }
     const bool wgrad = std::find(passes.begin(), passes.end(), Pass::wgrad) != passes.end();
-    if (wgrad && !base.pad && ragged) {
+    if (wgrad && !base.pad) {
       const auto sizes = group_sizes(d.offs);
       for (std::size_t e = 0; e < sizes.size(); ++e) {
         if (sizes[e] % B != 0) {

@@ -113,13 +113,7 @@ int cmd_run(const Args& args) {
   } else {
     offs = make_offsets(M, E, parse_routing(vm["routing"].as<std::string>()), seed);
   }
-  const std::string pad = vm["pad"].as<std::string>();
-  bool ragged = false;
-  for (std::int32_t s : group_sizes(offs)) ragged = ragged || s % g.quant.block != 0;
-  if (pad == "on") g.pad = true;
-  else if (pad == "off") g.pad = false;
-  else if (pad == "auto") g.pad = ragged;
-  else fail("--pad '", pad, "': use on, off or auto");
+  g.pad = resolve_padding(vm["pad"].as<std::string>(), offs, g.quant.block);
 
   OpShape shape;
   shape.E = E;

@@ -3,6 +3,7 @@
 // Boost.Program_options. Commands throw fp8moe::Error (or a program_options error) on bad input;
 // main() prints it on one line and exits 2.
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ int cmd_run(const Args& args);
 // --help was given.
 bool parse(const Args& args, const po::options_description& desc, po::variables_map& vm, const char* usage,
            const po::positional_options_description* pos = nullptr);
+
+// --pad on|off|auto for these offsets: auto turns padding on when a token group is not a
+// multiple of the block (wgrad quantizes whole token blocks per expert).
+bool resolve_padding(const std::string& mode, const std::vector<std::int32_t>& offs, int block);
 
 // Apply --threads (0 = all cores) to OpenMP.
 void set_threads(int n);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "reference/error.hpp"
+#include "reference/groups.hpp"
 #include "sim/cli/command.hpp"
 
 namespace fp8moe::cli {
@@ -22,6 +23,16 @@ bool parse(const Args& args, const po::options_description& desc, po::variables_
   }
   po::notify(vm);
   return true;
+}
+
+bool resolve_padding(const std::string& mode, const std::vector<std::int32_t>& offs, int block) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  if (mode != "auto") fail("--pad '", mode, "': use on, off or auto");
+  for (std::int32_t s : group_sizes(offs)) {
+    if (s % block != 0) return true;
+  }
+  return false;
 }
 
 void set_threads(int n) {
