@@ -84,11 +84,26 @@ __global__ void __launch_bounds__(kThreads)
   }
   if constexpr (kTranspose) {
     __syncthreads();
-    // codes (K,M): column c's block is `rows` consecutive bytes at c*M + r0
-    for (int idx = threadIdx.x; idx < kCols * B; idx += kThreads) {
+    // codes (K,M): column c's block is `rows` consecutive bytes at c*M + r0. Four bytes per thread
+    // and store where the row is 4-aligned and whole (M % 4 == 0): a warp writes 128 contiguous
+    // bytes of one column; the 4 shared-memory bytes are read one by one (the odd pitch).
+    const bool vec4 = M % 4 == 0;
+    for (int idx = threadIdx.x * 4; idx < kCols * B; idx += kThreads * 4) {
       const int cl = idx / B, r = idx % B;
       const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kCols + cl;
-      if (c < K && r < rows) codes[c * M + r0 + r] = tile[cl][r];
+      if (c >= K) continue;
+      std::uint8_t* dst = codes + c * M + r0 + r;
+      if (vec4 && r + 3 < rows) {
+        const std::uint32_t w = static_cast<std::uint32_t>(tile[cl][r]) | static_cast<std::uint32_t>(tile[cl][r + 1]) << 8 |
+                                static_cast<std::uint32_t>(tile[cl][r + 2]) << 16 |
+                                static_cast<std::uint32_t>(tile[cl][r + 3]) << 24;
+        *reinterpret_cast<std::uint32_t*>(dst) = w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (r + j < rows) dst[j] = tile[cl][r + j];
+        }
+      }
     }
   }
 }

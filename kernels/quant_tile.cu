@@ -72,9 +72,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 4; ++j) stage[tc + j][r] = quantize_element(v[j], m, F);
       }
       __syncthreads();
-      for (int idx = threadIdx.x; idx < B * kChunk; idx += kThreads) {
+      // four bytes per thread and store (N is a multiple of B, so every row start is 4-aligned)
+      for (int idx = threadIdx.x * 4; idx < B * kChunk; idx += kThreads * 4) {
         const int k = idx / kChunk, n = idx % kChunk;
-        dst[static_cast<std::int64_t>(k) * N + n0 + n] = stage[k][n];
+        const std::uint32_t v = static_cast<std::uint32_t>(stage[k][n]) | static_cast<std::uint32_t>(stage[k][n + 1]) << 8 |
+                                static_cast<std::uint32_t>(stage[k][n + 2]) << 16 |
+                                static_cast<std::uint32_t>(stage[k][n + 3]) << 24;
+        *reinterpret_cast<std::uint32_t*>(dst + static_cast<std::int64_t>(k) * N + n0 + n) = v;
       }
       __syncthreads();
     }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "reference/gemm.hpp"
 #include "reference/quantize.hpp"
@@ -42,8 +43,15 @@ class Backend {
   virtual void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) = 0;
 };
 
-// Backends by name: "reference" (CPU). Unknown names list the available ones.
+// Backends by name: "reference" (CPU); with CUDA also "cuda-simt" and "cuda-cublaslt"
+// (sim/backend/cuda_backend.hpp). Unknown names list the available ones.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+// The backend names this build knows, in a fixed order (the first is the default).
+const std::vector<std::string>& backend_names();
+// Why backend `name` cannot compute a pass with `opt` (its mode, promotion, format, ...), or empty
+// when it can. Needs no device, so `fp8moe list` can reject such cases anywhere. Unknown names:
+// Error listing the known ones.
+std::string backend_unsupported(const std::string& name, const GemmOptions& opt);
 
 // bf16 (or fp32) values of a pass output as float, the dtype layers pass between ops.
 TensorF to_float(const TensorD& t);

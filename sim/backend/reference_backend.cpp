@@ -3,6 +3,7 @@
 
 #include "reference/error.hpp"
 #include "sim/backend/backend.hpp"
+#include "sim/backend/cuda_backend.hpp"
 
 namespace fp8moe::sim {
 
@@ -66,9 +67,37 @@ class ReferenceBackend final : public Backend {
 
 }  // namespace
 
+const std::vector<std::string>& backend_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n{"reference"};
+    for (const std::string& c : cuda_backend_names()) n.push_back(c);  // none without nvcc
+    return n;
+  }();
+  return names;
+}
+
+namespace {
+void check_backend_name(const std::string& name) {
+  if (name == "cpu") return;
+  for (const std::string& n : backend_names()) {
+    if (n == name) return;
+  }
+  std::string known;
+  for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown backend '", name, "': this build has ", known);
+}
+}  // namespace
+
+std::string backend_unsupported(const std::string& name, const GemmOptions& opt) {
+  check_backend_name(name);
+  if (name == "reference" || name == "cpu") return {};  // the reference computes every mode
+  return cuda_backend_unsupported(name, opt);
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name) {
+  check_backend_name(name);
   if (name == "reference" || name == "cpu") return std::make_unique<ReferenceBackend>();
-  fail("unknown backend '", name, "': available here: reference (the CPU reference)");
+  return make_cuda_backend(name);  // throws naming the backend when no CUDA device is present
 }
 
 }  // namespace fp8moe::sim

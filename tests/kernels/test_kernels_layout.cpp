@@ -9,6 +9,9 @@
 
 #include "reference/block_partial.hpp"
 #include "kernels/quantize.hpp"
+#include "kernels/scale_layout.hpp"
+#include "kernels/check.hpp"
+#include "sim/backend/backend.hpp"
 #include "reference/quantize.hpp"
 #include "support/test_support.hpp"
 
@@ -85,6 +88,42 @@ TEST_CASE("i128_to_f32_scaled rounds exact partials once, RNE, like the fp64 -> 
     }
   }
   CHECK(i128_to_f32_scaled(0, 18) == 0.0f);
+}
+
+TEST_CASE("cuBLASLt scale layouts: 16-byte aligned per-expert VEC128 blocks, BLK128x128 pitch padded to 4") {
+  // offs [129,129,384,500] with kb = 2: blocks of 258, 0, 510, 232 floats, each start rounded up to 4
+  const std::vector<std::int32_t> offs{129, 129, 384, 500};
+  CHECK(kernels::vec_scale_offsets(offs, 2) == std::vector<std::int64_t>{0, 260, 260, 772, 1004});
+  CHECK(kernels::vec_scale_offsets(offs, 56).back() == 500 * 56);  // 129*56 is a multiple of 4 already
+  CHECK(kernels::blk_scale_pitch(2) == 4);
+  CHECK(kernels::blk_scale_pitch(56) == 56);
+  CHECK(kernels::blk_scale_pitch(57) == 60);
+}
+
+TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is not theirs, without a device") {
+  const std::vector<std::string>& names = sim::backend_names();
+  REQUIRE(names.size() == 3);
+  CHECK(names[0] == "reference");
+  CHECK(names[1] == "cuda-simt");
+  CHECK(names[2] == "cuda-cublaslt");
+  GemmOptions opt;  // promote-fp32/deepgemm, e4m3, block 128, bf16
+  CHECK(sim::backend_unsupported("cuda-simt", opt).empty());
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("--promotion cublas") != std::string::npos);
+  opt.promotion = Promotion::cublas;
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).empty());
+  opt.quant.block = 64;
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("block 64") != std::string::npos);
+  CHECK(sim::backend_unsupported("cuda-simt", opt).empty());
+  for (Mode m : {Mode::bf16, Mode::exact, Mode::torchao_emulated}) {
+    opt.mode = m;
+    CHECK(sim::backend_unsupported("cuda-simt", opt).find("--backend reference") != std::string::npos);
+  }
+  opt.mode = Mode::hp64;
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).empty());
+  CHECK_THROWS_WITH_AS(sim::backend_unsupported("cuda-nope", opt), doctest::Contains("cuda-simt, cuda-cublaslt"), Error);
+  if (kernels::cuda_device_count() == 0) {
+    CHECK_THROWS_WITH_AS(sim::make_backend("cuda-simt"), doctest::Contains("'cuda-simt' needs a CUDA device"), Error);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,236 @@
+// The cuBLASLt block-scaled grouped passes (see cublaslt_grouped.hpp for the operand mapping).
+#include "kernels/cublaslt_grouped.hpp"
+
+#include "kernels/cublaslt_check.hpp"
+#include "kernels/scale_layout.hpp"
+#include "reference/groups.hpp"
+
+namespace fp8moe::kernels {
+
+std::string cublaslt_unsupported(const QuantOptions& q, OutDtype out) {
+  if (q.format != Fp8Format::e4m3) {
+    return "cuBLASLt has no e5m2 x e5m2 FP8 GEMM; its block scaling runs e4m3 operands";
+  }
+  if (q.block != 128) return cat("cuBLASLt block scaling is 1x128 / 128x128 only, not block ", q.block);
+  if (out == OutDtype::fp64) return "cuBLASLt FP8 GEMMs write bf16 or fp32, not fp64";
+  return {};
+}
+
+struct CublasLtGrouped::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::string shape;  // for messages
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+constexpr std::int32_t kVec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+constexpr std::int32_t kBlk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+
+std::int64_t dim(const std::vector<std::int64_t>& s, std::size_t i) { return s.at(i); }
+
+void check_q(const DeviceQuantized& q, const char* recipe, const char* what) {
+  if (q.recipe != recipe) fail(what, " must be quantized with the ", recipe, " recipe, got ", q.recipe);
+}
+
+void check_opt(const char* pass, const GemmOptions& opt, const DeviceQuantized& a, const DeviceQuantized& b) {
+  const std::string why = cublaslt_unsupported(opt.quant, opt.out);
+  if (!why.empty()) fail("cublaslt ", pass, ": ", why);
+  if (a.format != Fp8Format::e4m3 || b.format != Fp8Format::e4m3) {
+    fail("cublaslt ", pass, ": operands are ", format_name(a.format), "/", format_name(b.format), ", not e4m3");
+  }
+}
+
+// cuBLASLt's FP8 kernels want 16-byte aligned operands and leading dimensions.
+void check_ld(const char* pass, const char* what, std::int64_t ld) {
+  if (ld % 16 != 0) fail("cublaslt ", pass, ": ", what, " = ", ld, " is not a multiple of 16 (FP8 alignment)");
+}
+
+std::size_t out_elem(OutDtype d) { return d == OutDtype::bf16 ? 2 : 4; }
+
+}  // namespace
+
+CublasLtGrouped::CublasLtGrouped(std::size_t workspace_bytes) : workspace_(workspace_bytes) {
+  FP8MOE_CUBLASLT_CHECK(cublasLtCreate(&handle_));
+}
+
+CublasLtGrouped::~CublasLtGrouped() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+float* CublasLtGrouped::scratch(int which, std::size_t n) {
+  DeviceBuffer<float>& b = scales_[which];
+  if (b.size() < n) b = DeviceBuffer<float>(n);  // grows only past the largest size so far
+  return b.get();
+}
+
+CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  const auto [m, n, k, lda, ldb, ldd, amode, bmode, dtype] = key;
+  auto p = std::make_unique<Plan>();
+  p->shape = cat(pass, " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldd=", ldd,
+                 " A scale ", amode == kBlk ? "128x128" : "1x128", ", B scale 1x128, D ",
+                 dtype == CUDA_R_16BF ? "bf16" : "fp32");
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), p->shape);
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), p->shape);
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), p->shape);
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode),
+                        p->shape);
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode),
+                        p->shape);
+  // A stored k x m (ld lda), B stored k x n (ld ldb), D m x n (ld ldd), all column-major.
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, lda), p->shape);
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, ldb), p->shape);
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->d, static_cast<cudaDataType_t>(dtype), m, n, ldd), p->shape);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref), p->shape);
+  const std::size_t ws = workspace_.bytes();
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &res, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    cublaslt_fail(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__, p->shape);
+  }
+  if (found == 0) fail("cuBLASLt found no algorithm for ", p->shape, " (workspace ", ws, " bytes)");
+  p->algo = res.algo;
+  Plan& ref = *p;
+  plans_.emplace(key, std::move(p));
+  return ref;
+}
+
+void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const void* b, const float* b_scale,
+                             void* d, cudaStream_t stream, const char* pass, std::int64_t expert) {
+  // The descriptor is shared by the experts of one shape: the scale pointers are set before each
+  // call, which reads them when it enqueues.
+  FP8MOE_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale), p.shape);
+  FP8MOE_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale), p.shape);
+  const float alpha = 1.0f, beta = 0.0f;
+  FP8MOE_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo,
+                                       workspace_.get(), workspace_.bytes(), stream),
+                        pass, " expert ", expert, ": ", p.shape);
+}
+
+void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
+                          const GemmOptions& opt, void* out, cudaStream_t stream) {
+  check_q(A_q, "1x128", "cublaslt fwd: A");
+  check_q(W_q, "128x128", "cublaslt fwd: W");
+  check_opt("fwd", opt, A_q, W_q);
+  const std::int64_t M = dim(A_q.layout.codes, 0), K = dim(A_q.layout.codes, 1);
+  const std::int64_t E = dim(W_q.layout.codes, 0), N = dim(W_q.layout.codes, 1);
+  if (dim(W_q.layout.codes, 2) != K) fail("cublaslt fwd: A has K = ", K, " but W has K = ", dim(W_q.layout.codes, 2));
+  if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt fwd: W has ", E, " experts but offs has ", offs.size());
+  check_offsets(offs, M);
+  check_ld("fwd", "K", K);
+  check_ld("fwd", "N", N);
+  const std::int64_t kb = K / 128, nb = N / 128, pitch = blk_scale_pitch(kb);
+  const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
+  float* a_s = scratch(0, static_cast<std::size_t>(E * nb * pitch));
+  float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
+  relayout_blk_scales(W_q.scales.get(), E * nb, kb, a_s, stream);
+  relayout_vec_scales(A_q.scales.get(), offs, kb, voff, b_s, stream);
+  const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  auto* o = static_cast<std::uint8_t*>(out);
+  std::int64_t s = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+    if (Me > 0) {
+      Plan& p = plan({N, Me, K, K, K, N, kBlk, kVec, dtype}, "fwd");
+      matmul(p, W_q.codes.get() + e * N * K, a_s + e * nb * pitch, A_q.codes.get() + s * K, b_s + voff[e],
+             o + s * N * out_elem(opt.out), stream, "fwd", e);
+    }
+    s = offs[static_cast<std::size_t>(e)];
+  }
+}
+
+void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q,
+                            std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
+                            cudaStream_t stream) {
+  check_q(dOut_q, "1x128", "cublaslt dgrad: dOut");
+  check_q(W_q, "128x128T", "cublaslt dgrad: W (dgrad orientation)");
+  check_opt("dgrad", opt, dOut_q, W_q);
+  const std::int64_t M = dim(dOut_q.layout.codes, 0), N = dim(dOut_q.layout.codes, 1);
+  const std::int64_t E = dim(W_q.layout.codes, 0), K = dim(W_q.layout.codes, 1);
+  if (dim(W_q.layout.codes, 2) != N) fail("cublaslt dgrad: dOut has N = ", N, " but W has N = ", dim(W_q.layout.codes, 2));
+  if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt dgrad: W has ", E, " experts but offs has ", offs.size());
+  check_offsets(offs, M);
+  check_ld("dgrad", "K", K);
+  check_ld("dgrad", "N", N);
+  // contraction N: W^T codes (E,K,N), scales (E, K/128, N/128)
+  const std::int64_t cb = N / 128, kb = K / 128, pitch = blk_scale_pitch(cb);
+  const std::vector<std::int64_t> voff = vec_scale_offsets(offs, cb);
+  float* a_s = scratch(0, static_cast<std::size_t>(E * kb * pitch));
+  float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
+  relayout_blk_scales(W_q.scales.get(), E * kb, cb, a_s, stream);
+  relayout_vec_scales(dOut_q.scales.get(), offs, cb, voff, b_s, stream);
+  const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  auto* o = static_cast<std::uint8_t*>(out);
+  std::int64_t s = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+    if (Me > 0) {
+      Plan& p = plan({K, Me, N, N, N, K, kBlk, kVec, dtype}, "dgrad");
+      matmul(p, W_q.codes.get() + e * K * N, a_s + e * kb * pitch, dOut_q.codes.get() + s * N, b_s + voff[e],
+             o + s * K * out_elem(opt.out), stream, "dgrad", e);
+    }
+    s = offs[static_cast<std::size_t>(e)];
+  }
+}
+
+void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q,
+                            std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
+                            cudaStream_t stream) {
+  check_q(dOutT_q, "kgrouped-lhs", "cublaslt wgrad: dOut^T");
+  check_q(AT_q, "kgrouped-lhs", "cublaslt wgrad: A^T");
+  check_opt("wgrad", opt, dOutT_q, AT_q);
+  const std::int64_t N = dim(dOutT_q.layout.codes, 0), M = dim(dOutT_q.layout.codes, 1);
+  const std::int64_t K = dim(AT_q.layout.codes, 0);
+  if (dim(AT_q.layout.codes, 1) != M) fail("cublaslt wgrad: dOut has ", M, " tokens but A has ", dim(AT_q.layout.codes, 1));
+  check_offsets(offs, M);
+  check_kgroup_offsets(offs, M, 128);
+  check_ld("wgrad", "M (tokens)", M);
+  check_ld("wgrad", "K", K);
+  const std::int64_t E = static_cast<std::int64_t>(offs.size()), mb = M / 128;
+  // 1x128-along-tokens scales (D, M/128) -> (M/128, D): expert e's (M_e/128, D) block starts at
+  // row s/128, so the transpose is cuBLASLt's VEC128 layout for every expert at once.
+  float* a_s = scratch(0, static_cast<std::size_t>(mb * K));
+  float* b_s = scratch(1, static_cast<std::size_t>(mb * N));
+  transpose_scales(AT_q.scales.get(), K, mb, a_s, stream);
+  transpose_scales(dOutT_q.scales.get(), N, mb, b_s, stream);
+  const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const std::size_t es = out_elem(opt.out);
+  auto* o = static_cast<std::uint8_t*>(out);
+  std::int64_t s = 0;
+  for (std::int64_t e = 0; e < E; ++e) {
+    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+    std::uint8_t* dw = o + static_cast<std::size_t>(e * N * K) * es;
+    if (Me > 0) {
+      Plan& p = plan({K, N, Me, M, M, K, kVec, kVec, dtype}, "wgrad");
+      matmul(p, AT_q.codes.get() + s, a_s + (s / 128) * K, dOutT_q.codes.get() + s, b_s + (s / 128) * N, dw, stream,
+             "wgrad", e);
+    } else if (N * K > 0) {
+      // An empty expert's dW is zero, as on the CPU (a zero-length contraction).
+      FP8MOE_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<std::size_t>(N * K) * es, stream), "wgrad dW of empty expert ",
+                        e, " (", N, ",", K, ")");
+    }
+    s = offs[static_cast<std::size_t>(e)];
+  }
+}
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,77 @@
+#pragma once
+// The `cublaslt` grouped passes: cuBLASLt FP8 e4m3 GEMMs with Hopper block scaling, one
+// cublasLtMatmul per non-empty expert on one stream (no grouped block-scaled API before cuBLAS
+// 13.4, DESIGN.md 6). TN only: every operand is K-contiguous (row-major (rows, k) = cuBLAS's
+// k x rows column-major), output row-major = cuBLAS column-major with the operands swapped.
+//
+// | pass  | cuBLAS A (m x k, BLK/VEC)          | cuBLAS B (k x n, VEC128)        | D (row-major)  |
+// |-------|------------------------------------|---------------------------------|----------------|
+// | fwd   | W_e codes (N,K), 128x128 scales    | A_e codes (M_e,K), 1x128        | out (M_e, N)   |
+// | dgrad | W_e^T codes (K,N), 128x128 scales  | dOut_e codes (M_e,N), 1x128     | dA (M_e, K)    |
+// | wgrad | A^T codes (K, M) cols of e, 1x128  | dOut^T codes (N, M) cols of e   | dW_e (N, K)    |
+// D = scaleA * scaleB * (A . B): our stored scales are s_inv, the dequantization multipliers, which
+// is what the scale pointers mean. The scales are relaid into cuBLASLt's layouts
+// (kernels/scale_layout.hpp) in buffers the object keeps; matmul descriptors, layouts and the
+// heuristic's algorithm are cached per shape; the workspace is allocated once. A call allocates
+// device memory only when a scale buffer must grow past its largest size so far.
+//
+// Inputs are DeviceQuantized in kernels/quantize.hpp's (= reference/'s) layouts:
+//   fwd:   A_q 1x128 (M,K),                 W_q 128x128 (E,N,K)
+//   dgrad: dOut_q 1x128 (M,N),              W_q 128x128T (E,K,N)
+//   wgrad: dOutT_q kgrouped-lhs (N,M),      AT_q kgrouped-lhs of A (K,M)   (both 1x128 along tokens)
+// Output `out`: bf16 bits (std::uint16_t) for opt.out == bf16, float for fp32. Preconditions
+// (e4m3, block 128, 16-byte alignment of every expert's operand) are checked on the host with
+// messages naming the dim and value. Arithmetic: cuBLASLt's own tensor-core promotion, compared
+// with reference/'s promote-fp32/cublas in tests/kernels/test_kernels_cublaslt.cpp.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "kernels/quantize.hpp"
+#include "reference/gemm.hpp"
+
+namespace fp8moe::kernels {
+
+// Why cuBLASLt block scaling cannot run these options (empty when it can): e5m2 x e5m2 is not an
+// FP8 cuBLASLt combination, the scale modes are 128-wide only, fp64 output does not exist.
+std::string cublaslt_unsupported(const QuantOptions& q, OutDtype out);
+
+class CublasLtGrouped {
+ public:
+  explicit CublasLtGrouped(std::size_t workspace_bytes = std::size_t{32} << 20);
+  ~CublasLtGrouped();
+  CublasLtGrouped(const CublasLtGrouped&) = delete;
+  CublasLtGrouped& operator=(const CublasLtGrouped&) = delete;
+
+  void fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
+           const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+  void dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
+             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+  void wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q, std::span<const std::int32_t> offs,
+             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+
+  std::size_t cached_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan;
+  // (m, n, k, lda, ldb, ldd, A scale mode, B scale mode, D type)
+  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int>;
+  Plan& plan(const Key& key, const char* pass);
+  void matmul(Plan& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
+              cudaStream_t stream, const char* pass, std::int64_t expert);
+  float* scratch(int which, std::size_t n);  // scale buffer `which` (0: A, 1: B) of at least n floats
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer<std::uint8_t> workspace_;
+  DeviceBuffer<float> scales_[2];
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace fp8moe::kernels

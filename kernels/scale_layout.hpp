@@ -1,0 +1,42 @@
+#pragma once
+// Scale layouts cuBLASLt's Hopper block scaling reads (cuBLASLt 13.x; shapes and strides as
+// PyTorch's ScaledBlas.cpp checks them before calling cuBLASLt, DESIGN.md 6), and the relayout
+// kernels from our row-major layouts (kernels/quantize.hpp = reference/'s) into them.
+//
+// A cuBLASLt operand is stored k x rows column-major, i.e. our row-major (rows, k), contracted on k:
+//   VEC128_32F    one fp32 per 1 x 128 along k: (rows, k/128) with stride (1, rows): the k-block
+//                 index is outer ("M-major"); there is no leading-dimension attribute, so one
+//                 expert's block is exactly (k/128, rows_e) contiguous.
+//   BLK128x128_32F one fp32 per 128 x 128 tile: (rows/128, k/128) with stride (pitch, 1), pitch =
+//                 ceil(k/128) rounded up to a multiple of 4 ("K-major, K-block count padded to 4";
+//                 PyTorch found silent wrong answers without the padding).
+// Every expert's scale block starts on a 16-byte boundary (kScaleAlign floats).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace fp8moe::kernels {
+
+inline constexpr std::int64_t kScaleAlign = 4;  // floats: 16 bytes
+
+inline std::int64_t round_up_i64(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+// Row pitch of a BLK128x128 scale tensor for kb k-blocks.
+inline std::int64_t blk_scale_pitch(std::int64_t kb) { return round_up_i64(kb, 4); }
+
+// Per-expert float offsets of VEC128 scale blocks of (kb, rows_e) each, rows_e = diff(offs), each
+// block's start rounded up to kScaleAlign; the last entry is the total size (E + 1 entries).
+std::vector<std::int64_t> vec_scale_offsets(std::span<const std::int32_t> offs, std::int64_t kb);
+
+// Relayout kernels (scale_layout.cu), on `stream`, no allocation.
+// 1x128 scales of a token-grouped lhs (M, kb) row-major -> per expert e the (kb, rows_e) block at
+// dst + dst_off[e] (dst_off from vec_scale_offsets).
+void relayout_vec_scales(const float* src, std::span<const std::int32_t> offs, std::int64_t kb,
+                         std::span<const std::int64_t> dst_off, float* dst, cudaStream_t stream);
+// 128x128 scales (rows, kb) row-major (rows = E * nb) -> (rows, blk_scale_pitch(kb)), pad zero.
+void relayout_blk_scales(const float* src, std::int64_t rows, std::int64_t kb, float* dst, cudaStream_t stream);
+// Plain transpose of a (R, C) row-major float matrix into (C, R) row-major.
+void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream);
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine needs to run fp8moe's CUDA work into one folder: the CLI, the kernel
+# benchmark and every GPU test binary, stripped and compressed (the device tool carries at most
+# 64 MiB). The folder name must be git-ignored (build-*/ is).
+#   scripts/pack_gpu.sh [BUILD_DIR=build] [OUT_DIR=build-gpu]
+# On the GPU machine: scripts/gpu_round.sh OUT_DIR RESULTS_DIR unpacks it and runs the GPU tests,
+# the bench and a cuda-simt op run, one log per step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=${2:-build-gpu}
+tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
+       test_kernels_hp64 test_kernels_cublaslt test_cuda_backend)
+cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels "${tests[@]}" >&2
+stage=$(mktemp -d)
+mkdir -p "$stage/bin"
+cp "$build/bin/fp8moe" "$build/kernels/fp8moe-bench-kernels" "$stage/bin/"
+for t in "${tests[@]}"; do cp "$build/tests/kernels/$t" "$stage/bin/"; done
+strip "$stage"/bin/*
+rm -rf "$out"
+mkdir -p "$out"
+tar -C "$stage" -cJf "$out/gpu-bins.tar.xz" bin
+git rev-parse HEAD >"$out/commit"
+git status --porcelain --untracked-files=no >"$out/dirty"
+rm -rf "$stage"
+du -sh "$out"/* >&2

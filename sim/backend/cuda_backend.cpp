@@ -1,0 +1,286 @@
+// The CUDA backends cuda-simt and cuda-cublaslt (see cuda_backend.hpp for what each computes).
+// First version: host tensors at op boundaries. Every op checks its device-memory estimate before
+// it allocates (kernels::require_device_memory), uploads, computes, downloads.
+//
+// Not yet here (issue 5): a GPU fake communicator with device-resident shards and collectives as
+// device copies/reductions; sim/ runs its FakeCommunicator on the host tensors between ops.
+#include "sim/backend/cuda_backend.hpp"
+
+#include <cstring>
+#include <initializer_list>
+
+#include "kernels/check.hpp"
+#include "kernels/cublaslt_grouped.hpp"
+#include "kernels/hp64_gemm.hpp"
+#include "kernels/quantize.hpp"
+#include "kernels/simt_gemm.hpp"
+#include "reference/groups.hpp"
+
+namespace fp8moe::sim {
+namespace {
+
+using kernels::DeviceBuffer;
+using kernels::DeviceQuantized;
+
+constexpr const char* kSimt = "cuda-simt";
+constexpr const char* kLt = "cuda-cublaslt";
+
+std::string shape_of(const char* pass, std::int64_t E, std::int64_t M, std::int64_t N, std::int64_t K) {
+  return cat(pass, " E=", E, " M=", M, " N=", N, " K=", K);
+}
+
+// Token-group padding around a pass, as reference/grouped.cpp does it (DESIGN.md 3.4): the
+// zero-filled rows of pad_rows, the first padded_ends.back() of them, then unpad_rows.
+template <class Body>
+TensorD with_padding(const GemmOptions& opt, std::span<const std::int32_t> offs,
+                     std::initializer_list<const TensorF*> acts, Body body, bool unpad_output) {
+  if (!opt.pad) return body(std::vector<const TensorF*>(acts), offs);
+  const PaddedGroups p = pad_groups(offs, opt.quant.block);
+  const std::vector<std::int32_t>& poffs = p.padded_ends;
+  const std::int64_t rows = poffs.empty() ? 0 : poffs.back();
+  std::vector<TensorF> padded;
+  for (const TensorF* a : acts) {
+    TensorF t = pad_rows(*a, offs, p);
+    t.shape[0] = rows;
+    t.data.resize(static_cast<std::size_t>(rows * t.shape[1]));
+    padded.push_back(std::move(t));
+  }
+  std::vector<const TensorF*> v;
+  for (const TensorF& a : padded) v.push_back(&a);
+  TensorD out = body(v, std::span<const std::int32_t>(poffs));
+  return unpad_output ? unpad_rows(out, offs, p) : out;
+}
+
+TensorD from_floats(std::vector<std::int64_t> shape, const std::vector<float>& f) {
+  TensorD t(std::move(shape));
+  for (std::size_t i = 0; i < f.size(); ++i) t.data[i] = f[i];
+  return t;
+}
+
+TensorD from_doubles(std::vector<std::int64_t> shape, std::vector<double> d) {
+  TensorD t(std::move(shape));
+  t.data = std::move(d);
+  return t;
+}
+
+void check_2d(const char* pass, const TensorF& t, const char* what) {
+  if (t.rank() != 2) fail(pass, ": ", what, " must be 2-D, got shape ", shape_str(t.shape));
+}
+
+void check_weight(const char* pass, const TensorF& W, std::span<const std::int32_t> offs) {
+  if (W.rank() != 3) fail(pass, ": W must be 3-D (E,N,K), got shape ", shape_str(W.shape));
+  if (W.dim(0) != static_cast<std::int64_t>(offs.size())) {
+    fail(pass, ": W has ", W.dim(0), " experts but offs has ", offs.size(), " entries");
+  }
+}
+
+// Device bytes of a pass: fp32 inputs, fp8 codes (+1/128 scales, rounded up), and the output.
+std::size_t estimate(std::int64_t in_elems, bool quantized, std::int64_t out_elems, std::size_t out_bytes) {
+  const std::int64_t q = quantized ? in_elems + in_elems / 16 + (1 << 20) : 0;
+  return static_cast<std::size_t>(in_elems * 4 + q + out_elems * static_cast<std::int64_t>(out_bytes));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::string name) : name_(std::move(name)), cpu_(make_backend("reference")) {
+    if (name_ == kLt) lt_ = std::make_unique<kernels::CublasLtGrouped>();
+  }
+  std::string name() const override { return name_; }
+
+  Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) override {
+    kernels::require_device_memory(x.numel() * 5 + x.numel() / 16 + (1 << 20),
+                                   cat(name_, " quantize ", recipe_name(r), " ", shape_str(x.shape)));
+    const DeviceBuffer<float> dx(x.data);
+    return kernels::quantize<float>(r, dx.get(), x.shape, offs, opt).to_host();
+  }
+  TensorF dequantize(const Quantized& q) override { return cpu_->dequantize(q); }
+
+  TensorD fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt) override {
+    require("fwd", opt);
+    check_weight("fwd", W, offs);
+    check_2d("fwd", A, "A");
+    if (A.dim(1) != W.dim(2)) fail("fwd: A has ", A.dim(1), " columns but W has K = ", W.dim(2));
+    return with_padding(opt, offs, {&A}, [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) {
+      return run_fwd_dgrad(Pass::fwd, *v[0], W, o, opt, nullptr);
+    }, true);
+  }
+  TensorD dgrad(const TensorF& dOut, const TensorF& W, std::span<const std::int32_t> offs,
+                const GemmOptions& opt) override {
+    require("dgrad", opt);
+    check_weight("dgrad", W, offs);
+    check_2d("dgrad", dOut, "dOut");
+    if (dOut.dim(1) != W.dim(1)) fail("dgrad: dOut has ", dOut.dim(1), " columns but W has N = ", W.dim(1));
+    return with_padding(opt, offs, {&dOut}, [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) {
+      return run_fwd_dgrad(Pass::dgrad, *v[0], W, o, opt, nullptr);
+    }, true);
+  }
+  TensorD wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs,
+                const GemmOptions& opt) override {
+    require("wgrad", opt);
+    check_2d("wgrad", dOut, "dOut");
+    check_2d("wgrad", A, "A");
+    check_offsets(offs, dOut.dim(0));
+    check_offsets(offs, A.dim(0));
+    return with_padding(opt, offs, {&dOut, &A}, [&](const std::vector<const TensorF*>& v, std::span<const std::int32_t> o) {
+      return run_wgrad(*v[0], *v[1], o, opt);
+    }, false);
+  }
+  TensorD fwd_qweight(const TensorF& A, const Quantized& W_q, std::span<const std::int32_t> offs,
+                      const GemmOptions& opt) override {
+    require_quantized("fwd_qweight", opt);
+    return run_fwd_dgrad(Pass::fwd, A, TensorF(), offs, opt, &W_q);
+  }
+  TensorD dgrad_qweight(const TensorF& dOut, const Quantized& W_q, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt) override {
+    require_quantized("dgrad_qweight", opt);
+    return run_fwd_dgrad(Pass::dgrad, dOut, TensorF(), offs, opt, &W_q);
+  }
+
+  TensorF swiglu(const TensorF& a, const TensorF& b) override { return cpu_->swiglu(a, b); }
+  void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) override {
+    cpu_->swiglu_backward(a, b, dh, da, db);
+  }
+
+ private:
+  void require(const char* pass, const GemmOptions& opt) const {
+    const std::string why = cuda_backend_unsupported(name_, opt);
+    if (!why.empty()) fail(pass, " on backend ", name_, ": ", why);
+  }
+  void require_quantized(const char* pass, const GemmOptions& opt) const {
+    require(pass, opt);
+    if (opt.mode != Mode::promote_fp32) fail(pass, " on backend ", name_, ": a quantized weight needs promote-fp32");
+  }
+
+  // The quantized GEMM of one pass on device operands; out is (rows, cols) of opt.out values.
+  TensorD quantized_pass(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
+                         const GemmOptions& opt, std::vector<std::int64_t> out_shape) {
+    const std::size_t n = static_cast<std::size_t>(Tensor<double>::count(out_shape));
+    if (lt_) {
+      TensorD t(out_shape);
+      if (opt.out == OutDtype::bf16) {
+        DeviceBuffer<std::uint16_t> out(n);
+        call_lt(p, l, r, offs, opt, out.get());
+        const std::vector<std::uint16_t> h = out.download();
+        for (std::size_t i = 0; i < n; ++i) t.data[i] = bf16_to_f32(h[i]);
+      } else {
+        DeviceBuffer<float> out(n);
+        call_lt(p, l, r, offs, opt, out.get());
+        const std::vector<float> h = out.download();
+        for (std::size_t i = 0; i < n; ++i) t.data[i] = h[i];
+      }
+      return t;
+    }
+    DeviceBuffer<float> out(n);
+    switch (p) {
+      case Pass::fwd: kernels::simt_grouped_fwd(l, r, offs, opt, out.get()); break;
+      case Pass::dgrad: kernels::simt_grouped_dgrad(l, r, offs, opt, out.get()); break;
+      case Pass::wgrad: kernels::simt_grouped_wgrad(l, r, offs, opt, out.get()); break;
+    }
+    return from_floats(std::move(out_shape), out.download());
+  }
+  void call_lt(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
+               const GemmOptions& opt, void* out) {
+    switch (p) {
+      case Pass::fwd: return lt_->fwd(l, r, offs, opt, out);
+      case Pass::dgrad: return lt_->dgrad(l, r, offs, opt, out);
+      case Pass::wgrad: return lt_->wgrad(l, r, offs, opt, out);
+    }
+  }
+
+  // fwd: act A (M,K), W (E,N,K) -> (M,N); dgrad: act dOut (M,N), W (E,N,K) -> (M,K). With W_q the
+  // weight arrives quantized (fwd 128x128 (E,N,K), dgrad 128x128T (E,K,N)) and W is unused.
+  TensorD run_fwd_dgrad(Pass p, const TensorF& act, const TensorF& W, std::span<const std::int32_t> offs,
+                        const GemmOptions& opt, const Quantized* W_q) {
+    const std::int64_t M = act.dim(0), C = act.dim(1);
+    const std::int64_t E = W_q ? W_q->codes.dim(0) : W.dim(0);
+    const std::int64_t N = W_q ? (p == Pass::fwd ? W_q->codes.dim(1) : W_q->codes.dim(2)) : W.dim(1);
+    const std::int64_t K = W_q ? (p == Pass::fwd ? W_q->codes.dim(2) : W_q->codes.dim(1)) : W.dim(2);
+    const std::int64_t cols = p == Pass::fwd ? N : K;
+    const bool hp = opt.mode == Mode::hp64;
+    kernels::require_device_memory(estimate(M * C + E * N * K, !hp, M * cols, hp ? 8 : 4),
+                                   cat(name_, " ", shape_of(pass_name(p), E, M, N, K)));
+    check_offsets(offs, M);
+    const DeviceBuffer<float> da(act.data);
+    if (hp) {
+      const DeviceBuffer<float> dw(W.data);
+      DeviceBuffer<double> out(static_cast<std::size_t>(M * cols));
+      if (p == Pass::fwd) {
+        kernels::hp64_grouped_fwd(da.get(), dw.get(), M, N, K, offs, out.get());
+      } else {
+        kernels::hp64_grouped_dgrad(da.get(), dw.get(), M, N, K, offs, out.get());
+      }
+      return from_doubles({M, cols}, out.download());
+    }
+    const DeviceQuantized a_q = kernels::quantize<float>(Recipe::act_lhs, da.get(), act.shape, {}, opt.quant);
+    DeviceQuantized w_q;
+    if (W_q) {
+      w_q = kernels::upload(*W_q);
+    } else {
+      const DeviceBuffer<float> dw(W.data);
+      w_q = kernels::quantize<float>(p == Pass::fwd ? Recipe::weight_fwd : Recipe::weight_dgrad, dw.get(), W.shape, {},
+                                     opt.quant);
+    }
+    return quantized_pass(p, a_q, w_q, offs, opt, {M, cols});
+  }
+
+  // dOut (M,N), A (M,K) -> dW (E,N,K)
+  TensorD run_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs, const GemmOptions& opt) {
+    const std::int64_t M = dOut.dim(0), N = dOut.dim(1), K = A.dim(1), E = static_cast<std::int64_t>(offs.size());
+    const bool hp = opt.mode == Mode::hp64;
+    kernels::require_device_memory(estimate(M * (N + K), !hp, E * N * K, hp ? 8 : 4),
+                                   cat(name_, " ", shape_of("wgrad", E, M, N, K)));
+    const DeviceBuffer<float> dg(dOut.data), da(A.data);
+    if (hp) {
+      DeviceBuffer<double> out(static_cast<std::size_t>(E * N * K));
+      kernels::hp64_grouped_wgrad(dg.get(), da.get(), M, N, K, offs, out.get());
+      return from_doubles({E, N, K}, out.download());
+    }
+    const DeviceQuantized g_q = kernels::quantize<float>(Recipe::kgrouped_lhs, dg.get(), dOut.shape, offs, opt.quant);
+    // simt reads A as 128x1 along tokens in place; cuBLASLt needs A^T's codes (TN only).
+    const DeviceQuantized a_q =
+        kernels::quantize<float>(lt_ ? Recipe::kgrouped_lhs : Recipe::kgrouped_rhs, da.get(), A.shape, offs, opt.quant);
+    return quantized_pass(Pass::wgrad, g_q, a_q, offs, opt, {E, N, K});
+  }
+
+  std::string name_;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<kernels::CublasLtGrouped> lt_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& cuda_backend_names() {
+  static const std::vector<std::string> names{kSimt, kLt};
+  return names;
+}
+
+std::string cuda_backend_unsupported(const std::string& name, const GemmOptions& opt) {
+  if (opt.mode == Mode::hp64) return {};  // the GPU fp64 reference, either backend
+  if (opt.mode != Mode::promote_fp32) {
+    return cat(name, " computes hp64 and promote-fp32 only, not ", mode_name(opt.mode),
+               ": run that mode with --backend reference");
+  }
+  if (name == kSimt) {
+    if (opt.out == OutDtype::fp64) return "the simt GEMM writes bf16 or fp32 output, not fp64";
+    return {};
+  }
+  if (name == kLt) {
+    if (opt.promotion != Promotion::cublas) {
+      return "cuda-cublaslt runs cuBLASLt's own tensor-core promotion and is held against promote-fp32/cublas: "
+             "use --promotion cublas";
+    }
+    return kernels::cublaslt_unsupported(opt.quant, opt.out);
+  }
+  fail("unknown CUDA backend '", name, "'");
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {
+  if (name != kSimt && name != kLt) fail("unknown CUDA backend '", name, "': this build has cuda-simt, cuda-cublaslt");
+  if (kernels::cuda_device_count() == 0) {
+    fail("backend '", name, "' needs a CUDA device, but no CUDA device is present on this machine "
+         "(cudaGetDeviceCount found none): use --backend reference, or run on a GPU machine");
+  }
+  return std::make_unique<CudaBackend>(name);
+}
+
+}  // namespace fp8moe::sim

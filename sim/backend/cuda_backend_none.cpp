@@ -1,0 +1,20 @@
+// Built without nvcc: no CUDA backends.
+#include "reference/error.hpp"
+#include "sim/backend/cuda_backend.hpp"
+
+namespace fp8moe::sim {
+
+const std::vector<std::string>& cuda_backend_names() {
+  static const std::vector<std::string> none;
+  return none;
+}
+
+std::string cuda_backend_unsupported(const std::string& name, const GemmOptions&) {
+  return "backend '" + name + "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)";
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {
+  fail("backend '", name, "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)");
+}
+
+}  // namespace fp8moe::sim
