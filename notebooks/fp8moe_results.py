@@ -1,0 +1,549 @@
+"""Reading fp8moe sweep results (HDF5, results/SCHEMA.md) for the notebooks in this folder.
+
+The one helper the notebooks share, so nothing is loaded, judged or drawn twice:
+
+    import fp8moe_results as fr
+    df = fr.annotate(fr.load_cases("results/runs/ci.h5"))   # one row per case x pass x tensor
+    fr.provenance("results/runs/ci.h5")["git_sha"]
+    fr.load_blocks("results/runs/ci.h5", 12)                 # xarray.Dataset, dims named
+
+Floors and bitwise identities are DESIGN.md 3.8's (the defaults of our gates), written once here
+as data (`FLOORS`, `IDENTITIES`); `fp8moe gate` with scenarios/gates.ini is what CI gates on.
+Needs h5py, numpy and pandas; xarray and matplotlib are optional (numpy dicts without xarray;
+plotting functions import matplotlib when called).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+
+FORMAT = "fp8moe-sweep"
+SCHEMA_VERSION = 1
+UNQUANTIZED_MODES = ("hp64", "bf16")
+# Columns that describe a case (the rest are metrics); the order labels are built in.
+PARAM_COLUMNS = ("scenario", "level", "mesh", "world", "plan", "placements", "strategy", "backend",
+                 "mode", "format", "block", "pow2_scales", "pad", "experts", "tokens", "n", "k",
+                 "dim", "hidden", "routing", "offs", "dist", "seed", "fsdp_gather", "reduce_dtype",
+                 "reduce_order", "fp8_dispatch", "lr")
+
+
+# The /cases columns of results/SCHEMA.md (schema_version 1), in the schema's order.
+CASE_COLUMNS = ("case_id", "case_key", "scenario", "level", "mesh", "world", "plan", "placements",
+                "strategy", "pass", "tensor", "backend", "mode", "format", "block", "pow2_scales",
+                "pad", "experts", "tokens", "n", "k", "dim", "hidden", "routing", "offs", "dist",
+                "seed", "fsdp_gather", "reduce_dtype", "reduce_order", "fp8_dispatch", "lr",
+                "sqnr_db", "sqnr_vs_single_db", "rel_err", "max_abs_err", "max_ulp",
+                "bitwise_equal_frac", "block_aligned", "underflow_frac", "saturated_frac",
+                "nonfinite", "comm_bytes", "time_ms", "status", "message")
+
+
+class NotASweepResult(ValueError):
+    """The file is not an fp8moe sweep result (root attribute `format` != 'fp8moe-sweep')."""
+
+
+class IncompleteRunWarning(UserWarning):
+    """The sweep was still running, was interrupted or failed: the file holds the cases done."""
+
+
+# ----------------------------------------------------------------------------------- loading
+
+def _py(value):
+    """HDF5 attribute or cell -> plain Python (bytes decoded, numpy scalars unwrapped)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return [_py(v) for v in value.tolist()] if value.ndim else _py(value[()])
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def open_run(path) -> h5py.File:
+    """Opens a sweep result read-only; NotASweepResult for any other file, a warning unless
+    the sweep completed. Use as `with fr.open_run(path) as f: ...`."""
+    path = os.fspath(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise NotASweepResult(f"{path}: not an HDF5 file h5py can open ({e})") from e
+    fmt = _py(f.attrs.get("format", None))
+    if fmt != FORMAT:
+        f.close()
+        what = "no root attribute 'format'" if fmt is None else f"root attribute format={fmt!r}"
+        raise NotASweepResult(f"{path}: not an fp8moe sweep result ({what}, expected "
+                              f"{FORMAT!r}; see results/SCHEMA.md)")
+    version = _py(f.attrs.get("schema_version", None))
+    if version != SCHEMA_VERSION:
+        warnings.warn(f"{path}: schema_version={version!r}, this helper reads {SCHEMA_VERSION}",
+                      stacklevel=2)
+    status = _py(f.attrs.get("status", None))
+    if status != "complete":
+        msg = _py(f.attrs.get("status_message", "")) or "no status_message"
+        warnings.warn(f"{path}: status={status!r} ({msg}); cases_done="
+                      f"{_py(f.attrs.get('cases_done', '?'))} of {_py(f.attrs.get('cases_total', '?'))}",
+                      IncompleteRunWarning, stacklevel=2)
+    return f
+
+
+def provenance(path) -> dict:
+    """The root attributes (argv, scenario text, versions, git sha, host, device, status...)."""
+    with open_run(path) as f:
+        return {k: _py(v) for k, v in f.attrs.items()}
+
+
+def load_cases(path) -> pd.DataFrame:
+    """The `/cases` table, strings decoded; df.attrs holds `path` and `provenance`."""
+    with open_run(path) as f:
+        prov = {k: _py(v) for k, v in f.attrs.items()}
+        if "cases" not in f:
+            raise NotASweepResult(f"{path}: no /cases table (results/SCHEMA.md)")
+        table = f["cases"][()]  # structured array; vlen strings come back as bytes
+    missing = [c for c in CASE_COLUMNS if c not in (table.dtype.names or ())]
+    if missing:
+        raise ValueError(f"{path}: /cases lacks column(s) {', '.join(missing)} of results/SCHEMA.md")
+    df = pd.DataFrame(table)
+    for c in df.columns:
+        if df[c].dtype == object:
+            df[c] = df[c].map(_py)
+    df.attrs.update(path=os.fspath(path), provenance=prov)
+    return df
+
+
+def list_runs(folder, pattern="*.h5") -> pd.DataFrame:
+    """The sweep results in a folder (newest first); other HDF5 files are left out."""
+    rows = []
+    for p in sorted(Path(folder).glob(pattern)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", IncompleteRunWarning)
+                prov = provenance(p)
+        except NotASweepResult:
+            continue
+        rows.append({"path": str(p), "name": p.stem,
+                     **{k: prov.get(k) for k in ("status", "cases_done", "cases_total",
+                                                  "started_utc", "git_sha", "scenario_files",
+                                                  "backend_override", "save_blocks")}})
+    cols = ["path", "name", "status", "cases_done", "cases_total", "started_utc", "git_sha",
+            "scenario_files", "backend_override", "save_blocks"]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values("started_utc", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def block_case_ids(path) -> list[int]:
+    """Case ids that have a /blocks group (runs saved with --save-blocks)."""
+    with open_run(path) as f:
+        if "blocks" not in f:
+            return []
+        return sorted(int(_py(g.attrs.get("case_id", name.split("_")[-1])))
+                      for name, g in f["blocks"].items())
+
+
+def load_blocks(path, case_id: int, as_xarray: bool | None = None):
+    """Per-block datasets of one case (`<tensor>_tile_sqnr`, `<operand>_scale`, ...).
+
+    An xarray.Dataset whose dims and coords are the HDF5 dimension scales (`out_tile_row`,
+    `A_bcol`, `expert`), or, without xarray (or as_xarray=False), a dict
+    name -> {"values", "dims", "coords"}; `block_var` reads either the same way."""
+    group = f"blocks/case_{int(case_id):06d}"
+    with open_run(path) as f:
+        if group not in f:
+            have = "no /blocks group (run the sweep with --save-blocks)" if "blocks" not in f \
+                else f"cases with blocks: {block_case_ids(path)[:10]}..."
+            raise KeyError(f"{path}: no {group}; {have}")
+        g = f[group]
+        attrs = {k: _py(v) for k, v in g.attrs.items()}
+        variables = {}
+        for name, d in g.items():
+            if not isinstance(d, h5py.Dataset) or h5py.h5ds.is_scale(d.id):
+                continue  # dimension scales become coordinates of the variables they label
+            dims, coords = [], {}
+            for i, dim in enumerate(d.dims):
+                if len(dim):
+                    scale = dim[0]
+                    label = scale.name.rsplit("/", 1)[-1]
+                    coords[label] = scale[()]
+                else:
+                    label = dim.label or f"{name}_dim{i}"
+                dims.append(label)
+            variables[name] = {"values": d[()], "dims": tuple(dims), "coords": coords}
+    if as_xarray is not False:
+        try:
+            import xarray as xr
+        except ImportError:
+            if as_xarray:
+                raise
+        else:
+            coords = {k: v for var in variables.values() for k, v in var["coords"].items()}
+            return xr.Dataset({n: (v["dims"], v["values"]) for n, v in variables.items()},
+                              coords=coords, attrs=attrs)
+    variables["attrs"] = attrs
+    return variables
+
+
+def block_var(blocks, name):
+    """(values, dims, coords) of one per-block variable of `load_blocks`' result, either kind."""
+    if isinstance(blocks, dict):
+        v = blocks[name]
+        return v["values"], v["dims"], v["coords"]
+    da = blocks[name]
+    return da.values, da.dims, {d: da[d].values for d in da.dims if d in da.coords}
+
+
+def block_names(blocks) -> list[str]:
+    keys = blocks.keys() if isinstance(blocks, dict) else blocks.data_vars
+    return sorted(k for k in keys if k != "attrs")
+
+
+# ----------------------------------------------------------------- DESIGN.md 3.8 floors
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """A floor of DESIGN.md 3.8 on one metric column, for the quantized modes."""
+    metric: str                    # sqnr_db (vs hp64) or sqnr_vs_single_db
+    db: float
+    rule: str                      # DESIGN.md's words
+    level: str
+    passes: tuple = ()             # empty: every pass
+    plans: tuple = ()              # layer plans; empty: any
+    strategy: str = ""             # a per-mesh-dim strategy the case must use (op level)
+    tensors: str = ""              # layer: "out" (y) or "grad" (dx, dw*, w*_new); empty: any
+    formats: tuple = ("e4m3",)     # torchao's tests are e4m3
+    aligned: bool = False          # only where every local block is a single-device block
+
+
+# The op floors are torchao-emulated vs its bf16 reference; the file has no vs-bf16 column, so
+# they are applied to sqnr_db (vs hp64): bf16 is ~55 dB from hp64 (README's default case: 28.69
+# vs hp64, 28.68 vs bf16), well under 0.1 dB at these levels.
+FLOORS = (
+    Floor("sqnr_db", 27.0, "op, vs bf16 reference: fwd >= 27 dB", "op", ("fwd",)),
+    Floor("sqnr_db", 26.0, "op, vs bf16 reference: dgrad >= 26 dB", "op", ("dgrad",)),
+    Floor("sqnr_db", 26.0, "op, vs bf16 reference: wgrad >= 26 dB", "op", ("wgrad",)),
+    # "each local result bitwise, the reduced global >= 35 dB": blocks aligned (K/tp % block == 0).
+    Floor("sqnr_vs_single_db", 35.0, "dgrad, contraction sharded, aligned: reduced global >= 35 dB",
+          "op", ("dgrad",), strategy="contraction", formats=(), aligned=True),
+    Floor("sqnr_vs_single_db", 23.0, "TP vs quantized single device: out >= 23", "layer",
+          plans=("tp",), tensors="out"),
+    Floor("sqnr_vs_single_db", 20.0, "TP vs quantized single device: grads/params >= 20",
+          "layer", plans=("tp",), tensors="grad"),
+    Floor("sqnr_vs_single_db", 35.0, "FSDP2 vs quantized single device: out >= 35", "layer",
+          plans=("fsdp",), tensors="out"),
+    Floor("sqnr_vs_single_db", 30.0, "FSDP2 vs quantized single device: grads >= 30", "layer",
+          plans=("fsdp",), tensors="grad"),
+    Floor("sqnr_vs_single_db", 23.0, "FSDP2+TP vs quantized single device: out >= 23", "layer",
+          plans=("fsdp+tp",), tensors="out"),
+    Floor("sqnr_vs_single_db", 20.0, "FSDP2+TP vs quantized single device: grads >= 20",
+          "layer", plans=("fsdp+tp",), tensors="grad"),
+    Floor("sqnr_db", 23.0, "layer vs the bf16 model: out >= 23 (applied vs hp64)", "layer",
+          tensors="out"),
+    Floor("sqnr_db", 22.0, "layer vs the bf16 model: grads >= 22 (applied vs hp64)", "layer",
+          tensors="grad"),
+)
+
+# Bitwise identities DESIGN.md 3.8 promises (bitwise_equal_frac == 1, sqnr_vs_single_db +inf):
+# (name, level, pass, strategies allowed on every mesh dim, one of which must be used, aligned).
+# Quantizers are always bitwise too, but have no rows in /cases (tests/reference checks them).
+IDENTITIES = (
+    ("fwd, W sharded on N, blocks aligned", "op", "fwd", {"out-feature", "replicate"},
+     {"out-feature"}, True),
+    ("wgrad, output sharded on N or K", "op", "wgrad", {"wgrad-n", "wgrad-k", "replicate"},
+     {"wgrad-n", "wgrad-k"}, False),
+    ("replicated on every mesh dim", "op", None, {"replicate"}, {"replicate"}, False),
+)
+
+
+def strategies(strategy: str) -> list[str]:
+    """'dp:replicate,tp:out-feature' -> ['replicate', 'out-feature']."""
+    return [t.split(":")[-1] for t in re.split(r"[,;\s]+", strategy or "") if t]
+
+
+def _tensor_kind(tensor: str) -> str:
+    return "out" if tensor in ("out", "y") else "grad"
+
+
+def floors_for(row) -> list[Floor]:
+    """Every floor of FLOORS that applies to one row of `load_cases`."""
+    if row["mode"] in UNQUANTIZED_MODES:
+        return []
+    return [fl for fl in FLOORS
+            if fl.level == row["level"]
+            and (not fl.passes or row["pass"] in fl.passes)
+            and (not fl.plans or row["plan"] in fl.plans)
+            and (not fl.strategy or fl.strategy in strategies(row["strategy"]))
+            and (not fl.tensors or fl.tensors == _tensor_kind(row["tensor"]))
+            and (not fl.formats or row["format"] in fl.formats)
+            and (not fl.aligned or bool(row["block_aligned"]))]
+
+
+def floor_for(row, metric: str = "sqnr_db") -> float:
+    """The floor (dB) DESIGN.md 3.8 sets for `metric` of this row; NaN where none."""
+    dbs = [fl.db for fl in floors_for(row) if fl.metric == metric]
+    return max(dbs) if dbs else math.nan
+
+
+def floors_table() -> pd.DataFrame:
+    return pd.DataFrame([dataclasses.asdict(fl) for fl in FLOORS])
+
+
+def identity_for(row) -> str | None:
+    """The name of the bitwise identity DESIGN.md 3.8 promises for this row, or None."""
+    used = set(strategies(row["strategy"]))
+    for name, level, pass_, allowed, needed, aligned in IDENTITIES:
+        if (row["level"] == level and (pass_ is None or row["pass"] == pass_) and used
+                and used <= allowed and used & needed and (not aligned or row["block_aligned"])):
+            return name
+    return None
+
+
+def annotate(df: pd.DataFrame) -> pd.DataFrame:
+    """Adds floor_db, floor_single_db, floor_rule, below_floor, identity, identity_ok and the
+    labels `case` (placement scenario) and `column` (pass, or pass:tensor at layer level)."""
+    df = df.copy()
+    floors = [floors_for(r) for _, r in df.iterrows()]
+    for metric, col in (("sqnr_db", "floor_db"), ("sqnr_vs_single_db", "floor_single_db")):
+        df[col] = [max([f.db for f in fl if f.metric == metric], default=math.nan) for fl in floors]
+    df["floor_rule"] = ["; ".join(f.rule for f in fl) for fl in floors]
+    # NaN (a non-finite result) is below every floor: `not >=` is true for NaN.
+    df["below_floor"] = (df["floor_db"].notna() & ~(df["sqnr_db"] >= df["floor_db"])) | \
+        (df["floor_single_db"].notna() & ~(df["sqnr_vs_single_db"] >= df["floor_single_db"]))
+    df["identity"] = [identity_for(r) for _, r in df.iterrows()]
+    df["identity_ok"] = (df["bitwise_equal_frac"] == 1.0) & np.isposinf(df["sqnr_vs_single_db"])
+    df["case"] = case_labels(df)
+    df["column"] = df["pass"].where(df["level"] == "op", df["pass"] + ":" + df["tensor"])
+    return df
+
+
+def failing(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows below a floor, a broken identity, or status fail/error (df from `annotate`)."""
+    broken = df["identity"].notna() & ~df["identity_ok"]
+    bad = df["below_floor"] | broken | df["status"].isin(["fail", "error"])
+    cols = ["case_id", "scenario", "mesh", "placements", "strategy", "pass", "tensor", "backend",
+            "mode", "sqnr_db", "floor_db", "sqnr_vs_single_db", "floor_single_db",
+            "bitwise_equal_frac", "identity", "status", "floor_rule", "message"]
+    return df.loc[bad, cols].sort_values(["case_id", "pass", "tensor"])
+
+
+# ---------------------------------------------------------------------------- labels
+
+def case_labels(df: pd.DataFrame, facets=("backend", "mode", "pass", "tensor")) -> pd.Series:
+    """One label per placement scenario: scenario, mesh, strategy (op) or plan (layer), and
+    every other parameter that varies within that scenario (outside the facets)."""
+    skip = {"scenario", "mesh", "strategy", "plan", "placements", "level", "world", "offs", *facets}
+    extra = {name: [c for c in PARAM_COLUMNS if c in df and c not in skip and g[c].nunique() > 1]
+             for name, g in df.groupby("scenario")}
+
+    def label(r):
+        how = r["plan"] if r["level"] == "layer" else (
+            r["strategy"] + (" (redistributed)" if r["plan"] == "redistribute" else ""))
+        return " ".join([r["scenario"], r["mesh"], how] +
+                        [f"{c}={r[c]}" for c in extra[r["scenario"]]])
+    return df.apply(label, axis=1) if len(df) else pd.Series([], dtype=object)
+
+
+def grid(df: pd.DataFrame, value: str, rows="case", cols="column", agg="min") -> pd.DataFrame:
+    """rows x cols table of `value`, the worst (min) where several rows share a cell."""
+    order = [c for c in ("fwd", "dgrad", "wgrad", "sgd") if (df["pass"] == c).any()]
+    table = df.pivot_table(index=rows, columns=cols, values=value, aggfunc=agg, dropna=False)
+    table = table.reindex(df[rows].drop_duplicates())  # rows in case order, not sorted
+    key = [next((i for i, p in enumerate(order) if str(c).startswith(p)), 99) for c in table.columns]
+    return table[[c for _, c in sorted(zip(key, table.columns))]]
+
+
+def facets(df: pd.DataFrame, modes=None) -> list[tuple[str, str]]:
+    """(backend, mode) pairs in the run, quantized modes first."""
+    pairs = df[["backend", "mode"]].drop_duplicates()
+    if modes is not None:
+        pairs = pairs[pairs["mode"].isin(modes)]
+    return sorted(map(tuple, pairs.values), key=lambda p: (p[1] in UNQUANTIZED_MODES, p))
+
+
+# ------------------------------------------------------------------------- comparing runs
+
+def match_key(df: pd.DataFrame, ignore=()) -> pd.Series:
+    """case_key without the `key=value` items named in `ignore` (e.g. backend for CPU vs GPU,
+    seed for two seeds), so rows of two runs line up."""
+    if not ignore:
+        return df["case_key"]
+    drop = tuple(f"{k}=" for k in ignore)
+    # Items start at `key=`; a value with spaces ("[R, S(1)]") stays in one item.
+    return df["case_key"].map(lambda key: " ".join(
+        t for t in re.split(r"\s+(?=[A-Za-z_][A-Za-z0-9_]*=)", key) if not t.startswith(drop)))
+
+
+def _delta(b: pd.Series, a: pd.Series) -> pd.Series:
+    d = b - a
+    return d.mask(np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b)), 0.0)
+
+
+def compare_runs(a: pd.DataFrame, b: pd.DataFrame, ignore=()) -> pd.DataFrame:
+    """Rows of two runs matched on case_key (minus `ignore`) + pass + tensor, with
+    d_sqnr_db / d_single_db (b - a; -inf: lost an equality) and bitwise changes; rows only in
+    one run have `_merge` left_only / right_only."""
+    keys = ["match_key", "pass", "tensor"]
+    a = a.assign(match_key=match_key(a, ignore))
+    b = b.assign(match_key=match_key(b, ignore))
+    for name, d in (("first", a), ("second", b)):
+        dup = d.duplicated(keys)
+        if dup.any():
+            raise ValueError(f"{name} run: {dup.sum()} rows share a match key; ignore fewer keys "
+                             f"(e.g. {d.loc[dup, 'match_key'].iloc[0]!r})")
+    m = a.merge(b, on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    m["d_sqnr_db"] = _delta(m["sqnr_db_b"], m["sqnr_db_a"])
+    m["d_single_db"] = _delta(m["sqnr_vs_single_db_b"], m["sqnr_vs_single_db_a"])
+    bit_a, bit_b = m["bitwise_equal_frac_a"] == 1.0, m["bitwise_equal_frac_b"] == 1.0
+    both = m["_merge"] == "both"
+    m["bitwise_change"] = np.select([both & bit_a & ~bit_b, both & ~bit_a & bit_b],
+                                    ["lost", "gained"], "")
+    return m
+
+
+def regressions(m: pd.DataFrame, threshold_db: float) -> pd.DataFrame:
+    """Matched rows whose SQNR (vs hp64 or vs single) dropped by more than threshold_db, that
+    lost bitwise equality, became non-finite or whose status went from ok to fail/error."""
+    both = m["_merge"] == "both"
+    newly_nan = m["sqnr_db_b"].isna() & m["sqnr_db_a"].notna()
+    worse = (m["d_sqnr_db"] < -threshold_db) | (m["d_single_db"] < -threshold_db) | newly_nan
+    status = (m["status_a"] == "ok") & m["status_b"].isin(["fail", "error"])
+    cols = ["case_id_a", "case_id_b", "scenario_a", "mesh_a", "strategy_a", "pass", "tensor",
+            "mode_a", "backend_a", "backend_b", "sqnr_db_a", "sqnr_db_b", "d_sqnr_db",
+            "sqnr_vs_single_db_a", "sqnr_vs_single_db_b", "d_single_db", "bitwise_change",
+            "status_a", "status_b"]
+    r = m.loc[both & (worse | (m["bitwise_change"] == "lost") | status), cols]
+    return r.sort_values("d_sqnr_db")
+
+
+# ---------------------------------------------------------------------------- plotting
+
+def savefig(fig, fig_dir, name: str) -> str:
+    """Writes fig as FIG_DIR/name.png (the notebooks' figures; CI checks they exist)."""
+    os.makedirs(fig_dir, exist_ok=True)
+    path = os.path.join(fig_dir, f"{name}.png")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def show(fig, fig_dir, name: str) -> str:
+    """Saves fig as a PNG (savefig), closes it and displays the PNG: the executed notebook
+    and FIG_DIR hold the same picture whatever the matplotlib backend (CI runs with Agg)."""
+    import matplotlib.pyplot as plt
+    path = savefig(fig, fig_dir, name)
+    plt.close(fig)
+    try:
+        from IPython.display import Image, display
+        display(Image(filename=path))
+    except ImportError:
+        print(path)
+    return path
+
+
+def slug(*parts) -> str:
+    """A file-name piece from labels: ('op', 'promote-fp32/cublas') -> 'op_promote-fp32-cublas'."""
+    return "_".join(re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(p)).strip("-") for p in parts)
+
+
+def _fmt_db(v: float) -> str:
+    if np.isnan(v):
+        return "nan"
+    return "\u221e" if np.isposinf(v) else ("-\u221e" if np.isneginf(v) else f"{v:.1f}")
+
+
+def heatmap(ax, values: pd.DataFrame, floors: pd.DataFrame | None = None, title="",
+            span_db=15.0, missing="", hatch_below: float | None = None):
+    """Cells coloured by dB above their floor (diverging, centred on the floor: red below,
+    blue above, cells below the floor hatched) where a floor applies, by absolute dB in greys
+    where none does; each cell shows its value (+inf: equal). hatch_below: hatch cells below
+    this value instead of below the floor (compare: colour centred on 0, hatch regressions)."""
+    import matplotlib.colors as mcolors
+    import matplotlib.patches as mpatches
+    v = values.to_numpy(dtype=float)
+    fl = np.full_like(v, np.nan) if floors is None else \
+        floors.reindex(index=values.index, columns=values.columns).to_numpy(dtype=float)
+    present = ~np.isnan(v) | values.notna().to_numpy()
+    div = mcolors.TwoSlopeNorm(vmin=-span_db, vcenter=0.0, vmax=span_db)
+    rgba = np.ones(v.shape + (4,))
+    with np.errstate(invalid="ignore"):
+        margin = np.clip(np.nan_to_num(v - fl, nan=-span_db, posinf=span_db, neginf=-span_db),
+                         -span_db, span_db)
+        grey = np.clip(np.nan_to_num(v, posinf=80.0, neginf=0.0) / 80.0, 0, 1)
+    cmap, greys = _cmap("RdBu"), _cmap("Greys")
+    for i, j in np.ndindex(v.shape):
+        if not present[i, j]:
+            continue
+        rgba[i, j] = cmap(div(margin[i, j])) if not np.isnan(fl[i, j]) else greys(0.1 + 0.35 * (1 - grey[i, j]))
+    ax.imshow(rgba, aspect="auto", interpolation="nearest")
+    for i, j in np.ndindex(v.shape):
+        if not present[i, j]:
+            ax.text(j, i, missing, ha="center", va="center", fontsize=7, color="0.6")
+            continue
+        below = (not np.isnan(fl[i, j]) and not v[i, j] >= fl[i, j]) if hatch_below is None \
+            else not v[i, j] >= hatch_below
+        if below:
+            ax.add_patch(mpatches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///",
+                                            edgecolor="black", linewidth=1.5))
+        ax.text(j, i, _fmt_db(v[i, j]), ha="center", va="center", fontsize=8,
+                color="white" if abs(margin[i, j]) > 0.7 * span_db and not np.isnan(fl[i, j]) else "black",
+                fontweight="bold" if below else "normal")
+    ax.set_xticks(range(v.shape[1]), [str(c) for c in values.columns], rotation=30, ha="right")
+    ax.set_yticks(range(v.shape[0]), [str(r) for r in values.index], fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return div
+
+
+def _cmap(name):
+    import matplotlib
+    return matplotlib.colormaps[name]
+
+
+def floor_colorbar(fig, axes, span_db=15.0):
+    import matplotlib.cm as cm
+    import matplotlib.colors as mcolors
+    sm = cm.ScalarMappable(norm=mcolors.TwoSlopeNorm(vmin=-span_db, vcenter=0.0, vmax=span_db),
+                           cmap=_cmap("RdBu"))
+    cb = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
+    cb.set_label("dB above the DESIGN 3.8 floor (hatched: below; grey: no floor)")
+    return cb
+
+
+def status_grid(ax, table: pd.DataFrame, title=""):
+    """A pass/fail grid: True green 'pass', False red 'FAIL', NaN blank."""
+    import matplotlib.colors as mcolors
+    v = table.to_numpy(dtype=float)
+    codes = np.where(np.isnan(v), 0, np.where(v > 0.5, 1, 2))
+    ax.imshow(codes, cmap=mcolors.ListedColormap(["white", "#9fd49f", "#e07070"]), vmin=0, vmax=2,
+              aspect="auto", interpolation="nearest")
+    for i, j in np.ndindex(v.shape):
+        if codes[i, j]:
+            ax.text(j, i, "pass" if codes[i, j] == 1 else "FAIL", ha="center", va="center",
+                    fontsize=8, fontweight="bold" if codes[i, j] == 2 else "normal")
+    ax.set_xticks(range(v.shape[1]), [str(c) for c in table.columns], rotation=30, ha="right")
+    ax.set_yticks(range(v.shape[0]), [str(r) for r in table.index], fontsize=8)
+    ax.set_title(title, fontsize=10)
+
+
+def block_map(ax, blocks, name, expert=None, title=None, **imshow):
+    """One per-block variable as an image over its (row, col) coords (one expert of a 3-D one);
+    +inf (equal) shown white. Returns the image for a colorbar."""
+    values, dims, coords = block_var(blocks, name)
+    three_d = values.ndim == 3
+    if three_d:
+        expert = 0 if expert is None else expert
+        values, dims = values[expert], dims[1:]
+    img = np.ma.masked_invalid(np.where(np.isposinf(values), np.nan, values))
+    rows, cols = coords.get(dims[0]), coords.get(dims[1])
+    extent = None
+    if rows is not None and cols is not None and len(rows) and len(cols):
+        dr = rows[1] - rows[0] if len(rows) > 1 else 1
+        dc = cols[1] - cols[0] if len(cols) > 1 else 1
+        extent = (cols[0], cols[-1] + dc, rows[-1] + dr, rows[0])
+    im = ax.imshow(img, aspect="auto", interpolation="nearest", extent=extent, **imshow)
+    ax.set_xlabel(f"{dims[1]} (element index)")
+    ax.set_ylabel(f"{dims[0]} (element index)")
+    ax.set_title(title or name + (f" [expert {expert}]" if three_d else ""), fontsize=9)
+    return im
