@@ -48,6 +48,17 @@ void check_opt(const char* pass, const GemmOptions& opt, const DeviceQuantized& 
   }
 }
 
+void check_rows(const char* pass, std::span<const std::int32_t> offs) {
+  std::int32_t s = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    if ((offs[e] - s) % kLtRowMultiple != 0) {
+      fail("cublaslt ", pass, ": expert ", e, " has ", offs[e] - s, " rows, not a multiple of ", kLtRowMultiple,
+           " (cuBLASLt's 1x128 scale tensor): pad the token groups");
+    }
+    s = offs[e];
+  }
+}
+
 // cuBLASLt's FP8 kernels want 16-byte aligned operands and leading dimensions.
 void check_ld(const char* pass, const char* what, std::int64_t ld) {
   if (ld % 16 != 0) fail("cublaslt ", pass, ": ", what, " = ", ld, " is not a multiple of 16 (FP8 alignment)");
@@ -72,7 +83,8 @@ float* CublasLtGrouped::scratch(int which, std::size_t n) {
   return b.get();
 }
 
-CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass) {
+CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass, const float* a_scale,
+                                              const float* b_scale) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   const auto [m, n, k, lda, ldb, ldd, amode, bmode, dtype] = key;
@@ -88,6 +100,13 @@ CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass) {
                         p->shape);
   FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode),
                         p->shape);
+  // The heuristic rejects a block-scaled mode without its scale pointer (CUBLAS_STATUS_INVALID_VALUE,
+  // "requires a custom pointer", seen on the H200 and in NVIDIA/CUDALibrarySamples#274): give it the
+  // first call's pointers; every call sets its own.
+  FP8MOE_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale), p->shape);
+  FP8MOE_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale), p->shape);
   // A stored k x m (ld lda), B stored k x n (ld ldb), D m x n (ld ldd), all column-major.
   FP8MOE_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, lda), p->shape);
   FP8MOE_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, ldb), p->shape);
@@ -137,6 +156,7 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
   if (dim(W_q.layout.codes, 2) != K) fail("cublaslt fwd: A has K = ", K, " but W has K = ", dim(W_q.layout.codes, 2));
   if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt fwd: W has ", E, " experts but offs has ", offs.size());
   check_offsets(offs, M);
+  check_rows("fwd", offs);
   check_ld("fwd", "K", K);
   check_ld("fwd", "N", N);
   const std::int64_t kb = K / 128, nb = N / 128, pitch = blk_scale_pitch(kb);
@@ -151,9 +171,10 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     if (Me > 0) {
-      Plan& p = plan({N, Me, K, K, K, N, kBlk, kVec, dtype}, "fwd");
-      matmul(p, W_q.codes.get() + e * N * K, a_s + e * nb * pitch, A_q.codes.get() + s * K, b_s + voff[e],
-             o + s * N * out_elem(opt.out), stream, "fwd", e);
+      const float *sa = a_s + e * nb * pitch, *sb = b_s + voff[e];
+      Plan& p = plan({N, Me, K, K, K, N, kBlk, kVec, dtype}, "fwd", sa, sb);
+      matmul(p, W_q.codes.get() + e * N * K, sa, A_q.codes.get() + s * K, sb, o + s * N * out_elem(opt.out), stream,
+             "fwd", e);
     }
     s = offs[static_cast<std::size_t>(e)];
   }
@@ -170,6 +191,7 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
   if (dim(W_q.layout.codes, 2) != N) fail("cublaslt dgrad: dOut has N = ", N, " but W has N = ", dim(W_q.layout.codes, 2));
   if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt dgrad: W has ", E, " experts but offs has ", offs.size());
   check_offsets(offs, M);
+  check_rows("dgrad", offs);
   check_ld("dgrad", "K", K);
   check_ld("dgrad", "N", N);
   // contraction N: W^T codes (E,K,N), scales (E, K/128, N/128)
@@ -185,9 +207,10 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     if (Me > 0) {
-      Plan& p = plan({K, Me, N, N, N, K, kBlk, kVec, dtype}, "dgrad");
-      matmul(p, W_q.codes.get() + e * K * N, a_s + e * kb * pitch, dOut_q.codes.get() + s * N, b_s + voff[e],
-             o + s * K * out_elem(opt.out), stream, "dgrad", e);
+      const float *sa = a_s + e * kb * pitch, *sb = b_s + voff[e];
+      Plan& p = plan({K, Me, N, N, N, K, kBlk, kVec, dtype}, "dgrad", sa, sb);
+      matmul(p, W_q.codes.get() + e * K * N, sa, dOut_q.codes.get() + s * N, sb, o + s * K * out_elem(opt.out), stream,
+             "dgrad", e);
     }
     s = offs[static_cast<std::size_t>(e)];
   }
@@ -221,9 +244,9 @@ void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantize
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     std::uint8_t* dw = o + static_cast<std::size_t>(e * N * K) * es;
     if (Me > 0) {
-      Plan& p = plan({K, N, Me, M, M, K, kVec, kVec, dtype}, "wgrad");
-      matmul(p, AT_q.codes.get() + s, a_s + (s / 128) * K, dOutT_q.codes.get() + s, b_s + (s / 128) * N, dw, stream,
-             "wgrad", e);
+      const float *sa = a_s + (s / 128) * K, *sb = b_s + (s / 128) * N;
+      Plan& p = plan({K, N, Me, M, M, K, kVec, kVec, dtype}, "wgrad", sa, sb);
+      matmul(p, AT_q.codes.get() + s, sa, dOutT_q.codes.get() + s, sb, dw, stream, "wgrad", e);
     } else if (N * K > 0) {
       // An empty expert's dW is zero, as on the CPU (a zero-length contraction).
       FP8MOE_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<std::size_t>(N * K) * es, stream), "wgrad dW of empty expert ",

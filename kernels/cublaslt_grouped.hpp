@@ -20,8 +20,8 @@
 //   dgrad: dOut_q 1x128 (M,N),              W_q 128x128T (E,K,N)
 //   wgrad: dOutT_q kgrouped-lhs (N,M),      AT_q kgrouped-lhs of A (K,M)   (both 1x128 along tokens)
 // Output `out`: bf16 bits (std::uint16_t) for opt.out == bf16, float for fp32. Preconditions
-// (e4m3, block 128, 16-byte alignment of every expert's operand) are checked on the host with
-// messages naming the dim and value. Arithmetic: cuBLASLt's own tensor-core promotion, compared
+// (e4m3, block 128, 16-byte alignment of every expert's operand, fwd/dgrad expert rows a multiple
+// of kLtRowMultiple) are checked on the host with messages naming the dim and value. Arithmetic: cuBLASLt's own tensor-core promotion, compared
 // with reference/'s promote-fp32/cublas in tests/kernels/test_kernels_cublaslt.cpp.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -38,6 +38,12 @@
 #include "reference/gemm.hpp"
 
 namespace fp8moe::kernels {
+
+// Every expert's row count (the n of its GEMM) must be a multiple of this in fwd and dgrad: the
+// VEC128 scale tensor (n, k/128) has stride n, and cuBLASLt found no algorithm for n = 257 on the
+// H200 (NOT_SUPPORTED) while n = 100 ran (results/device/2026-12-02-h200-cublaslt-tests.log).
+// The cuda-cublaslt backend pads ragged experts with zero rows to meet it.
+inline constexpr std::int32_t kLtRowMultiple = 4;
 
 // Why cuBLASLt block scaling cannot run these options (empty when it can): e5m2 x e5m2 is not an
 // FP8 cuBLASLt combination, the scale modes are 128-wide only, fp64 output does not exist.
@@ -63,7 +69,7 @@ class CublasLtGrouped {
   struct Plan;
   // (m, n, k, lda, ldb, ldd, A scale mode, B scale mode, D type)
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int>;
-  Plan& plan(const Key& key, const char* pass);
+  Plan& plan(const Key& key, const char* pass, const float* a_scale, const float* b_scale);
   void matmul(Plan& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
               cudaStream_t stream, const char* pass, std::int64_t expert);
   float* scratch(int which, std::size_t n);  // scale buffer `which` (0: A, 1: B) of at least n floats

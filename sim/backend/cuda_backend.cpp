@@ -63,6 +63,15 @@ TensorD from_doubles(std::vector<std::int64_t> shape, std::vector<double> d) {
   return t;
 }
 
+bool rows_multiple_of(std::span<const std::int32_t> offs, std::int32_t m) {
+  std::int32_t s = 0;
+  for (const std::int32_t e : offs) {
+    if ((e - s) % m != 0) return false;
+    s = e;
+  }
+  return true;
+}
+
 void check_2d(const char* pass, const TensorF& t, const char* what) {
   if (t.rank() != 2) fail(pass, ": ", what, " must be 2-D, got shape ", shape_str(t.shape));
 }
@@ -210,6 +219,15 @@ class CudaBackend final : public Backend {
         kernels::hp64_grouped_dgrad(da.get(), dw.get(), M, N, K, offs, out.get());
       }
       return from_doubles({M, cols}, out.download());
+    }
+    if (lt_ && !rows_multiple_of(offs, kernels::kLtRowMultiple)) {
+      // cuBLASLt's 1x128 scales need every expert's row count a multiple of 4: zero rows after
+      // each ragged expert change no other row (fwd/dgrad rows are independent), then dropped.
+      const PaddedGroups pg = pad_groups(offs, kernels::kLtRowMultiple);
+      TensorF padded = pad_rows(act, offs, pg);
+      padded.shape[0] = pg.padded_ends.back();
+      padded.data.resize(static_cast<std::size_t>(padded.shape[0] * C));
+      return unpad_rows(run_fwd_dgrad(p, padded, W, pg.padded_ends, opt, W_q), offs, pg);
     }
     const DeviceQuantized a_q = kernels::quantize<float>(Recipe::act_lhs, da.get(), act.shape, {}, opt.quant);
     DeviceQuantized w_q;
