@@ -215,7 +215,9 @@ class Floor:
     plans: tuple = ()              # layer plans; empty: any
     strategy: str = ""             # a per-mesh-dim strategy the case must use (op level)
     tensors: str = ""              # layer: "out" (y) or "grad" (dx, dw*, w*_new); empty: any
-    formats: tuple = ("e4m3",)     # torchao's tests are e4m3
+    formats: tuple = ("e4m3",)     # torchao's tests: e4m3, 128-blocks, normal data; other
+    blocks: tuple = (128,)         #   formats, blocks and distributions are measured, not held
+    dists: tuple = ("normal",)     #   to these floors (as scenarios/gates.ini)
     aligned: bool = False          # only where every local block is a single-device block
 
 
@@ -228,15 +230,15 @@ FLOORS = (
     Floor("sqnr_db", 26.0, "op, vs bf16 reference: wgrad >= 26 dB", "op", ("wgrad",)),
     # "each local result bitwise, the reduced global >= 35 dB": blocks aligned (K/tp % block == 0).
     Floor("sqnr_vs_single_db", 35.0, "dgrad, contraction sharded, aligned: reduced global >= 35 dB",
-          "op", ("dgrad",), strategy="contraction", formats=(), aligned=True),
+          "op", strategy="contraction", formats=(), blocks=(), dists=(), aligned=True),
     Floor("sqnr_vs_single_db", 23.0, "TP vs quantized single device: out >= 23", "layer",
           plans=("tp",), tensors="out"),
     Floor("sqnr_vs_single_db", 20.0, "TP vs quantized single device: grads/params >= 20",
           "layer", plans=("tp",), tensors="grad"),
-    Floor("sqnr_vs_single_db", 35.0, "FSDP2 vs quantized single device: out >= 35", "layer",
-          plans=("fsdp",), tensors="out"),
-    Floor("sqnr_vs_single_db", 30.0, "FSDP2 vs quantized single device: grads >= 30", "layer",
-          plans=("fsdp",), tensors="grad"),
+    Floor("sqnr_vs_single_db", 35.0, "FSDP2 (and dp) vs quantized single device: out >= 35",
+          "layer", plans=("fsdp", "dp"), tensors="out"),
+    Floor("sqnr_vs_single_db", 30.0, "FSDP2 (and dp) vs quantized single device: grads >= 30",
+          "layer", plans=("fsdp", "dp"), tensors="grad"),
     Floor("sqnr_vs_single_db", 23.0, "FSDP2+TP vs quantized single device: out >= 23", "layer",
           plans=("fsdp+tp",), tensors="out"),
     Floor("sqnr_vs_single_db", 20.0, "FSDP2+TP vs quantized single device: grads >= 20",
@@ -247,15 +249,14 @@ FLOORS = (
           tensors="grad"),
 )
 
-# Bitwise identities DESIGN.md 3.8 promises (bitwise_equal_frac == 1, sqnr_vs_single_db +inf):
-# (name, level, pass, strategies allowed on every mesh dim, one of which must be used, aligned).
-# Quantizers are always bitwise too, but have no rows in /cases (tests/reference checks them).
+# Bitwise identities DESIGN.md 3.8 promises (bitwise_equal_frac == 1, sqnr_vs_single_db +inf),
+# in every mode: (name, level, test of the row). As scenarios/gates.ini's op_no_partial_bitwise:
+# no mesh dim contracts (fwd/dgrad sharded on the output features, wgrad on N or K, replicate)
+# and every local block is a single-device block. Quantizers are always bitwise too, but have
+# no rows in /cases (tests/reference checks them).
 IDENTITIES = (
-    ("fwd, W sharded on N, blocks aligned", "op", "fwd", {"out-feature", "replicate"},
-     {"out-feature"}, True),
-    ("wgrad, output sharded on N or K", "op", "wgrad", {"wgrad-n", "wgrad-k", "replicate"},
-     {"wgrad-n", "wgrad-k"}, False),
-    ("replicated on every mesh dim", "op", None, {"replicate"}, {"replicate"}, False),
+    ("no contraction across ranks, blocks aligned", "op",
+     lambda r: "contraction" not in strategies(r["strategy"]) and bool(r["block_aligned"])),
 )
 
 
@@ -279,6 +280,8 @@ def floors_for(row) -> list[Floor]:
             and (not fl.strategy or fl.strategy in strategies(row["strategy"]))
             and (not fl.tensors or fl.tensors == _tensor_kind(row["tensor"]))
             and (not fl.formats or row["format"] in fl.formats)
+            and (not fl.blocks or row["block"] in fl.blocks)
+            and (not fl.dists or row["dist"] in fl.dists)
             and (not fl.aligned or bool(row["block_aligned"]))]
 
 
@@ -294,12 +297,9 @@ def floors_table() -> pd.DataFrame:
 
 def identity_for(row) -> str | None:
     """The name of the bitwise identity DESIGN.md 3.8 promises for this row, or None."""
-    used = set(strategies(row["strategy"]))
-    for name, level, pass_, allowed, needed, aligned in IDENTITIES:
-        if (row["level"] == level and (pass_ is None or row["pass"] == pass_) and used
-                and used <= allowed and used & needed and (not aligned or row["block_aligned"])):
-            return name
-    return None
+    if row["mode"] == "hp64":
+        return None
+    return next((name for name, level, holds in IDENTITIES if row["level"] == level and holds(row)), None)
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
@@ -507,7 +507,7 @@ def floor_colorbar(fig, axes, span_db=15.0):
     sm = cm.ScalarMappable(norm=mcolors.TwoSlopeNorm(vmin=-span_db, vcenter=0.0, vmax=span_db),
                            cmap=_cmap("RdBu"))
     cb = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
-    cb.set_label("dB above the DESIGN 3.8 floor (hatched: below; grey: no floor)")
+    cb.set_label("dB above the DESIGN 3.8 floor\n(hatched: below; grey: no floor)", fontsize=8)
     return cb
 
 

@@ -7,7 +7,8 @@ does not complete, a file the helper refuses, an exception in any cell or a miss
 
 usage: check_notebooks.py FP8MOE_BIN SCENARIO.ini WORKDIR [--only PATTERN]
        check_notebooks.py --synthetic WORKDIR     (runs made by make_synthetic_run.py instead)
-Exit 0 pass, 1 fail, 77 skip (python lacks h5py, pandas, matplotlib or the Jupyter runner).
+Exit 0 pass, 1 fail, 77 skip (python lacks h5py, pandas, matplotlib or the Jupyter runner, or
+the binary has no `sweep` command yet).
 """
 import os
 import re
@@ -22,12 +23,15 @@ import run_notebooks  # noqa: E402  (notebooks/run_notebooks.py)
 
 
 def shifted_seeds(text: str) -> str:
-    """The scenario text with every `seed = S` (or a list of seeds) replaced by S + 1."""
+    """The scenario text with every `seed = S` (or a list of seeds) replaced by S + 1; without
+    a seed key, `seed = 1` in [defaults]."""
     def bump(m):
         return m.group(1) + re.sub(r"\d+", lambda d: str(int(d.group()) + 1), m.group(2))
     out, n = re.subn(r"(?m)^(\s*seed\s*=\s*)([0-9 ,;]+)", bump, text)
-    if n == 0:
-        raise SystemExit("FAIL: the scenario sets no `seed`: compare.ipynb needs two seeds")
+    if n == 0:  # the scenarios take the default seed 0: give them 1 through [defaults]
+        out, n = re.subn(r"(?m)^\[defaults\][^\n]*\n", lambda m: m.group() + "seed = 1\n", text, count=1)
+        if n == 0:
+            out = "[defaults]\nseed = 1\n\n" + text
     return out
 
 
@@ -71,6 +75,11 @@ def main(argv):
         if len(argv) < 3:
             sys.exit(__doc__)
         binary, scenario, work, extra = argv[0], argv[1], os.path.abspath(argv[2]), argv[3:]
+        probe = subprocess.run([binary, "sweep", "--help"], capture_output=True, text=True)
+        if "unknown command 'sweep'" in probe.stdout + probe.stderr:
+            # Visible as Skipped, never as passed, until the sweep engine (issue 4) is built in.
+            print(f"skipped: {binary} has no `sweep` command yet (issue 4)")
+            return 77
         os.makedirs(work, exist_ok=True)
         a, b = os.path.join(work, "a.h5"), os.path.join(work, "b.h5")
         scenario_b = os.path.join(work, "seed_plus_one.ini")

@@ -141,7 +141,8 @@ class Blocks(unittest.TestCase):
 
 def row(**kw):
     base = dict(level="op", mode="torchao-emulated", format="e4m3", plan="direct",
-                strategy="tp:replicate", tensor="out", block_aligned=1)
+                strategy="tp:replicate", tensor="out", block_aligned=1, block=128,
+                dist="normal")
     base.update(kw)
     return pd.Series(base)
 
@@ -152,6 +153,7 @@ class Floors(unittest.TestCase):
         self.assertEqual(fr.floor_for(row(**{"pass": "dgrad"})), 26.0)
         self.assertEqual(fr.floor_for(row(**{"pass": "wgrad"})), 26.0)
         self.assertTrue(math.isnan(fr.floor_for(row(**{"pass": "fwd", "mode": "hp64"}))))
+        self.assertTrue(math.isnan(fr.floor_for(row(**{"pass": "fwd", "dist": "outliers"}))))
         self.assertTrue(math.isnan(fr.floor_for(row(**{"pass": "fwd"}), "sqnr_vs_single_db")))
         contraction = row(**{"pass": "dgrad", "strategy": "tp:contraction"})
         self.assertEqual(fr.floor_for(contraction, "sqnr_vs_single_db"), 35.0)
