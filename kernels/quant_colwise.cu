@@ -38,13 +38,40 @@ __global__ void __launch_bounds__(kThreads)
   const int rows = static_cast<int>(M - r0 < B ? M - r0 : B);
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kCols + lane * 4;
 
+  // B <= 128: a thread's B/8 rows x 4 columns stay in registers between the amax pass and the
+  // quantize pass (all loads in flight at once, no second read); B = 256 re-reads (L2-resident).
+  // Measured on the H200 (results/bench/2026-12-02-h200-bench-kernels-lt.log without the cache,
+  // -regcache.log with it for both input types): fp32 input gains
+  // (1x128T 47% -> 61% of the copy, 128x128 58% -> 78%), bf16 input loses (128x1 51% -> 22%), so
+  // bf16 keeps the re-read.
+  constexpr bool kCache = B <= 128 && sizeof(T) == 4;
+  constexpr int kR = kCache ? B / kWarps : 1;
+  float cache[kR][4];
   float amax[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int r = warp; r < rows; r += kWarps) {
-    float v[4];
-    load4<T, kVec>(x + (r0 + r) * K, c0, K, v);
+  if constexpr (kCache) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) amax[j] = amax_update(amax[j], v[j]);
+    for (int i = 0; i < kR; ++i) {
+      const int r = warp + i * kWarps;
+      if (r < rows) {
+        load4<T, kVec>(x + (r0 + r) * K, c0, K, cache[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) cache[i][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) amax[j] = amax_update(amax[j], cache[i][j]);  // |0| changes no amax
+    }
+  } else {
+#pragma unroll 4
+    for (int r = warp; r < rows; r += kWarps) {
+      float v[4];
+      load4<T, kVec>(x + (r0 + r) * K, c0, K, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) amax[j] = amax_update(amax[j], v[j]);
+    }
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) part[warp][lane * 4 + j] = amax[j];
@@ -60,10 +87,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-#pragma unroll 4
-  for (int r = warp; r < rows; r += kWarps) {
-    float v[4];
-    load4<T, kVec>(x + (r0 + r) * K, c0, K, v);
+  auto emit = [&](int r, const float (&v)[4]) {
     std::uint8_t q[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) q[j] = quantize_element(v[j], mult[lane * 4 + j], F);
@@ -80,6 +104,19 @@ __global__ void __launch_bounds__(kThreads)
           if (c0 + j < K) dst[c0 + j] = q[j];
         }
       }
+    }
+  };
+  if constexpr (kCache) {
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      if (warp + i * kWarps < rows) emit(warp + i * kWarps, cache[i]);
+    }
+  } else {
+#pragma unroll 4
+    for (int r = warp; r < rows; r += kWarps) {
+      float v[4];
+      load4<T, kVec>(x + (r0 + r) * K, c0, K, v);
+      emit(r, v);
     }
   }
   if constexpr (kTranspose) {

@@ -28,13 +28,32 @@ __global__ void __launch_bounds__(kThreads)
   const T* src = w + e * N * K + (bn * B) * K + bk * B;  // tile origin, row stride K
   const int tr = threadIdx.x / kTpr, tc = (threadIdx.x % kTpr) * 4;
 
+  // B <= 128: the thread's B/kRowStep rows x 4 columns stay in registers between the amax pass
+  // and the quantize pass (all loads in flight at once, no second read); B = 256 re-reads.
+  // Measured on the H200 (results/bench/2026-12-02-h200-bench-kernels-lt.log without the cache,
+  // -regcache.log with it for both input types): fp32 input gains
+  // (1x128T 47% -> 61% of the copy, 128x128 58% -> 78%), bf16 input loses (128x1 51% -> 22%), so
+  // bf16 keeps the re-read.
+  constexpr bool kCache = B <= 128 && sizeof(T) == 4;
+  constexpr int kR = kCache ? B / kRowStep : 1;
+  float cache[kR][4];
   float amax = 0.0f;
-#pragma unroll 4
-  for (int r = tr; r < B; r += kRowStep) {
-    float v[4];
-    dev::load_vec<T, 4>(src + r * K + tc, v);
+  if constexpr (kCache) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) amax = amax_update(amax, v[j]);
+    for (int i = 0; i < kR; ++i) dev::load_vec<T, 4>(src + (tr + i * kRowStep) * K + tc, cache[i]);
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) amax = amax_update(amax, cache[i][j]);
+    }
+  } else {
+#pragma unroll 4
+    for (int r = tr; r < B; r += kRowStep) {
+      float v[4];
+      dev::load_vec<T, 4>(src + r * K + tc, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) amax = amax_update(amax, v[j]);
+    }
   }
   amax = dev::warp_amax(amax);
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
@@ -52,10 +71,16 @@ __global__ void __launch_bounds__(kThreads)
 
   if constexpr (!kTranspose) {
     std::uint8_t* dst = codes + e * N * K + (bn * B) * K + bk * B;
-#pragma unroll 4
-    for (int r = tr; r < B; r += kRowStep) {
+#pragma unroll
+    for (int i = 0; i < B / kRowStep; ++i) {  // a compile-time trip count keeps cache[] in registers
+      const int r = tr + i * kRowStep;
       float v[4];
-      dev::load_vec<T, 4>(src + r * K + tc, v);
+      if constexpr (kCache) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = cache[i][j];
+      } else {
+        dev::load_vec<T, 4>(src + r * K + tc, v);
+      }
       std::uint8_t q[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) q[j] = quantize_element(v[j], m, F);
@@ -64,10 +89,18 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     // codes (E,K,N): element (n, k) of the tile goes to dst[k*N + n]
     std::uint8_t* dst = codes + e * K * N + (bk * B) * N + bn * B;
+#pragma unroll
     for (int n0 = 0; n0 < B; n0 += kChunk) {
-      for (int r = tr; r < kChunk; r += kRowStep) {
+#pragma unroll
+      for (int k = 0; k < kChunk / kRowStep; ++k) {
+        const int r = tr + k * kRowStep, i = n0 / kRowStep + k;
         float v[4];
-        dev::load_vec<T, 4>(src + (n0 + r) * K + tc, v);
+        if constexpr (kCache) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = cache[i][j];
+        } else {
+          dev::load_vec<T, 4>(src + (n0 + r) * K + tc, v);
+        }
 #pragma unroll
         for (int j = 0; j < 4; ++j) stage[tc + j][r] = quantize_element(v[j], m, F);
       }
