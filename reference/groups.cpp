@@ -22,6 +22,13 @@ void check_offsets(std::span<const std::int32_t> offs, std::int64_t M) {
   if (prev != M) fail("the last offset is ", prev, " but there are ", M, " tokens: offs[E-1] must equal M");
 }
 
+bool groups_need_padding(std::span<const std::int32_t> offs, int block) {
+  for (std::int32_t s : group_sizes(offs)) {
+    if (s % block != 0) return true;
+  }
+  return false;
+}
+
 std::vector<std::int32_t> group_sizes(std::span<const std::int32_t> offs) {
   std::vector<std::int32_t> s(offs.size());
   std::int32_t prev = 0;

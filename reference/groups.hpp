@@ -18,6 +18,10 @@ void check_offsets(std::span<const std::int32_t> offs, std::int64_t M);
 
 std::vector<std::int32_t> group_sizes(std::span<const std::int32_t> offs);
 
+// True when some expert's token count is not a multiple of `block`: the K-grouped wgrad
+// quantizers then need token-group padding (what `pad = auto` resolves to).
+bool groups_need_padding(std::span<const std::int32_t> offs, int block);
+
 struct PaddedGroups {
   std::vector<std::int32_t> sizes;          // (E) real tokens per expert
   std::vector<std::int32_t> padded_starts;  // (E) first row of expert e in the padded buffer

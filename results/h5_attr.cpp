@@ -20,6 +20,16 @@ void write_attr(const Object& o, const std::string& name, const std::string& own
                 hid_t mem_type, const void* buf) {
   const std::string what = cat("cannot write ", attr_label(name, owner));
   if (check(H5Aexists(o.id(), name.c_str()), what, o.file(), "H5Aexists") > 0) {
+    // Same type and shape: overwrite in place, so a writer killed mid-update never leaves the
+    // attribute missing (the sweep store updates its counters after every case).
+    Handle old = own(H5Aopen(o.id(), name.c_str(), H5P_DEFAULT), H5Aclose, what, o.file(), "H5Aopen");
+    Handle old_type = own(H5Aget_type(old.get()), H5Tclose, what, o.file(), "H5Aget_type");
+    Handle old_space = own(H5Aget_space(old.get()), H5Sclose, what, o.file(), "H5Aget_space");
+    if (H5Tequal(old_type.get(), type) > 0 && H5Sextent_equal(old_space.get(), space) > 0) {
+      check(H5Awrite(old.get(), mem_type, buf), what, o.file(), "H5Awrite");
+      return;
+    }
+    old.reset();
     check(H5Adelete(o.id(), name.c_str()), what, o.file(), "H5Adelete");
   }
   Handle a = own(H5Acreate2(o.id(), name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, what, o.file(),

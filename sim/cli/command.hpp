@@ -18,6 +18,11 @@ int cmd_gemm(const Args& args);
 int cmd_bench_cpu(const Args& args);
 int cmd_info(const Args& args);
 int cmd_run(const Args& args);
+int cmd_sweep(const Args& args);
+int cmd_list(const Args& args);
+int cmd_report(const Args& args);
+int cmd_compare(const Args& args);
+int cmd_gate(const Args& args);
 
 // Parse `args` against `desc` (positional options optional); prints help and returns false when
 // --help was given.

@@ -8,6 +8,7 @@
 #include "reference/error.hpp"
 #include "reference/groups.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/comm/runtime.hpp"
 
 namespace fp8moe::cli {
 
@@ -29,10 +30,7 @@ bool resolve_padding(const std::string& mode, const std::vector<std::int32_t>& o
   if (mode == "on") return true;
   if (mode == "off") return false;
   if (mode != "auto") fail("--pad '", mode, "': use on, off or auto");
-  for (std::int32_t s : group_sizes(offs)) {
-    if (s % block != 0) return true;
-  }
-  return false;
+  return groups_need_padding(offs, block);
 }
 
 void set_threads(int n) {
@@ -49,6 +47,11 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"sweep", cmd_sweep, "run every case of scenario files: a table on stdout, results in HDF5 (the main job)"},
+    {"list", cmd_list, "show the cases scenario files expand to, and why rejected ones cannot run"},
+    {"report", cmd_report, "print a sweep file's results as a table, CSV or Markdown, optionally grouped"},
+    {"compare", cmd_compare, "per-case dB and bitwise changes between two sweep files"},
+    {"gate", cmd_gate, "check a sweep file against floors, bitwise identities and a baseline (CI)"},
     {"gemm", cmd_gemm, "run the fwd/dgrad/wgrad grouped passes in every arithmetic mode and print metrics"},
     {"run", cmd_run, "run one placement scenario on a fake mesh (op or layer level) and print its diagnostics"},
     {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},
@@ -66,6 +69,7 @@ void usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace fp8moe::cli;
+  fp8moe::sim::remember_argv(argc, argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -18,21 +18,39 @@ void Exec::make_data() {
   H = cfg.hidden;
   M = cfg.tokens;
   B = cfg.gemm.quant.block;
-  offs = cfg.offs.empty() ? make_offsets(M, static_cast<int>(E), cfg.routing, cfg.seed) : cfg.offs;
-  if (static_cast<I64>(offs.size()) != E) fail("offs has ", offs.size(), " entries for ", E, " experts");
-  if (offs.back() != M) fail("offs end at ", offs.back(), " but the layer has ", M, " tokens");
-  x = generate({M, D}, cfg.dist, cfg.seed, kTensorA);
-  dy = generate({M, D}, cfg.dist, cfg.seed, kTensorGradOut);
+  LayerInputs in = layer_inputs(cfg);
+  offs = std::move(in.offs);
+  x = std::move(in.x);
+  dy = std::move(in.dy);
+  W1 = std::move(in.W1);
+  W3 = std::move(in.W3);
+  W2 = std::move(in.W2);
+}
+
+}  // namespace layer_detail
+
+LayerInputs layer_inputs(const LayerConfig& cfg) {
+  using I64 = std::int64_t;
+  const I64 E = cfg.experts, D = cfg.dim, H = cfg.hidden, M = cfg.tokens;
+  LayerInputs in;
+  in.offs = cfg.offs.empty() ? make_offsets(M, static_cast<int>(E), cfg.routing, cfg.seed) : cfg.offs;
+  if (static_cast<I64>(in.offs.size()) != E) fail("offs has ", in.offs.size(), " entries for ", E, " experts");
+  if (in.offs.back() != M) fail("offs end at ", in.offs.back(), " but the layer has ", M, " tokens");
+  in.x = generate({M, D}, cfg.dist, cfg.seed, kTensorA);
+  in.dy = generate({M, D}, cfg.dist, cfg.seed, kTensorGradOut);
   auto weight = [&](std::vector<I64> shape, std::uint32_t id, I64 fan_in) {
     TensorF w = generate(shape, cfg.dist, cfg.seed, id);
     const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
     for (float& v : w.data) v = round_bf16(v * s);
     return w;
   };
-  W1 = weight({E, H, D}, kTensorW, D);
-  W3 = weight({E, H, D}, kTensorW3, D);
-  W2 = weight({E, D, H}, kTensorW2, H);
+  in.W1 = weight({E, H, D}, kTensorW, D);
+  in.W3 = weight({E, H, D}, kTensorW3, D);
+  in.W2 = weight({E, D, H}, kTensorW2, H);
+  return in;
 }
+
+namespace layer_detail {
 
 std::vector<TensorF> Exec::gather_bf16(const DTensor& w) {
   std::vector<TensorF> out(st.size());
@@ -277,9 +295,9 @@ TensorF Exec::assemble_param(const DTensor& like, TensorF RankState::*field) {
 
 }  // namespace layer_detail
 
-LayerRun run_layer_plan(const LayerConfig& cfg) {
+LayerRun run_layer_plan(const LayerConfig& cfg, Communicator* comm) {
   using namespace layer_detail;
-  Exec ex(cfg, Mesh::parse(cfg.mesh));
+  Exec ex(cfg, Mesh::parse(cfg.mesh), comm);
   ex.run();
   LayerRun out;
   ScenarioReport& rep = out.report;

@@ -49,7 +49,8 @@ struct RankState {
 struct Exec {
   const LayerConfig& cfg;
   LayerPlan plan;
-  FakeCommunicator comm;
+  std::unique_ptr<Communicator> owned_comm;  // the fake mesh, when no communicator is given
+  Communicator& comm;
   std::unique_ptr<Backend> be;
   int B = 128;
   I64 E = 0, D = 0, H = 0, M = 0;
@@ -60,8 +61,14 @@ struct Exec {
   bool use_q = false;
   std::vector<std::string> notes;
 
-  Exec(const LayerConfig& c, const Mesh& mesh)
-      : cfg(c), plan(make_layer_plan(c.plan, mesh)), comm(mesh), be(make_backend(c.backend)) {}
+  Exec(const LayerConfig& c, const Mesh& mesh, Communicator* external)
+      : cfg(c),
+        plan(make_layer_plan(c.plan, mesh)),
+        owned_comm(external ? nullptr : std::make_unique<FakeCommunicator>(mesh)),
+        comm(external ? *external : *owned_comm),
+        be(make_backend(c.backend)) {
+    check_comm_mesh(comm, mesh);
+  }
 
   RankState& S(int r) { return st[static_cast<std::size_t>(r)]; }
   int n_of(int md) const { return md < 0 ? 1 : comm.mesh().size(md); }

@@ -203,8 +203,9 @@ const char* pass_of(const std::string& t) {
 
 }  // namespace
 
-ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep) {
-  LayerRun run = run_layer_plan(cfg);
+ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep, LayerOutputs* truth_out, LayerOutputs* single_out,
+                         Communicator* comm) {
+  LayerRun run = run_layer_plan(cfg, comm);
   const LayerOutputs truth = single_device_layer(cfg, Mode::hp64);
   const LayerOutputs same = single_device_layer(cfg, cfg.gemm.mode);
   ScenarioReport r = std::move(run.report);
@@ -221,6 +222,8 @@ ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep) {
     r.tensors.push_back(tr);
   }
   if (keep) *keep = std::move(run);
+  if (truth_out) *truth_out = truth;
+  if (single_out) *single_out = same;
   return r;
 }
 

@@ -119,19 +119,31 @@ struct LayerRun {
   std::vector<bool> tensor_aligned;  // y, dx, dw1, dw2, dw3 (blocks of the single-device quantization)
 };
 
-// Executes cfg.plan on cfg.mesh with a FakeCommunicator (SPMD over comm.local_ranks()).
-LayerRun run_layer_plan(const LayerConfig& cfg);
+// Executes cfg.plan on cfg.mesh (SPMD over comm.local_ranks()) with `comm`, or with a
+// FakeCommunicator holding every rank when none is given. A real communicator's process computes
+// its own ranks and every rank receives the assembled global outputs.
+LayerRun run_layer_plan(const LayerConfig& cfg, Communicator* comm = nullptr);
 // The same layer on one device in `mode` (everything else from cfg).
 LayerOutputs single_device_layer(const LayerConfig& cfg, Mode mode);
 // run_layer_plan compared with the single-device hp64 result and the single-device result of
 // cfg.gemm.mode: one TensorReport per output (y, dx, dw1, dw2, dw3, and w*_new when lr > 0).
-// `keep`, when given, receives the plan's run (its outputs) too.
-ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep = nullptr);
+// `keep`, when given, receives the plan's run (its outputs) too; `truth` and `single`, when
+// given, the single-device hp64 and same-mode outputs it was compared with.
+ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep = nullptr, LayerOutputs* truth = nullptr,
+                         LayerOutputs* single = nullptr, Communicator* comm = nullptr);
 
 // What the plan changes and why (no execution): fills rep.block_aligned, misaligned, partial_sums
 // and notes; returns the alignment of y, dx, dw1, dw2, dw3. offs: the layer's global offs.
 std::vector<bool> describe_layer_numerics(const LayerConfig& cfg, const LayerPlan& plan, const Mesh& mesh,
                                           std::span<const std::int32_t> offs, ScenarioReport& rep);
+
+// The layer's global inputs, as every plan generates them (see the data note at the top).
+struct LayerInputs {
+  std::vector<std::int32_t> offs;  // (E)
+  TensorF x, dy;                   // (M,D)
+  TensorF W1, W3, W2;              // (E,H,D), (E,H,D), (E,D,H)
+};
+LayerInputs layer_inputs(const LayerConfig& cfg);
 
 // The named outputs of a LayerOutputs, in report order.
 std::vector<std::pair<std::string, const TensorF*>> named_outputs(const LayerOutputs& o);

@@ -1,6 +1,7 @@
 #include "sim/runner/op_runner.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include "reference/error.hpp"
 #include "reference/formats.hpp"
@@ -89,9 +90,12 @@ TensorD run_local_pass(Backend& backend, Pass p, const TensorF& lhs, const Tenso
   return resize_dim(o, 1, no);
 }
 
-OpRun run_op(const OpScenario& sc, Backend& backend) {
+OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* external) {
   const Mesh mesh = Mesh::parse(sc.mesh);
-  FakeCommunicator comm(mesh);
+  std::unique_ptr<Communicator> owned;
+  if (!external) owned = std::make_unique<FakeCommunicator>(mesh);
+  Communicator& comm = external ? *external : *owned;
+  check_comm_mesh(comm, mesh);
   const Pass p = sc.pass;
   OpRun run;
   run.decision = decide(p, sc.shape, sc.lhs, sc.rhs, mesh, sc.reduce);
@@ -114,6 +118,8 @@ OpRun run_op(const OpScenario& sc, Backend& backend) {
   hp.mode = Mode::hp64;
   hp.out = OutDtype::fp64;
   run.hp64 = run_local_pass(backend, p, lhs, rhs, sc.offs, hp);
+  run.lhs = lhs;
+  run.rhs = rhs;
 
   ScenarioReport& rep = run.report;
   rep.level = "op";

@@ -39,12 +39,15 @@ struct OpRun {
   TensorD out;                              // the gathered global output
   TensorD single;                           // single device, same mode
   TensorD hp64;                             // single device, hp64
+  TensorF lhs, rhs;                         // the global inputs
   std::vector<TensorD> local;               // (world) each rank's local pass output (its partial under P)
   std::vector<std::vector<Range>> local_box;  // (world) the global box of the output each local covers
 };
 
-// Throws an Error with the rules' reason when the placements are rejected.
-OpRun run_op(const OpScenario& sc, Backend& backend);
+// Throws an Error with the rules' reason when the placements are rejected. `comm`: the mesh's
+// communicator (a FakeCommunicator holding every rank when none is given); with a real one this
+// process computes its own ranks' passes (`local` holds only those) and every rank gets `out`.
+OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* comm = nullptr);
 
 // One rank's (or the single device's) pass on its operands. In the quantized modes, a feature dim
 // the quantizer needs in whole blocks (fwd/dgrad: the lhs's dim 1, W's dims 1 and 2) that a

@@ -1,0 +1,296 @@
+// The sweep store over the HDF5 C API: the `cases` compound table and the commit protocol.
+#include "results/store.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <set>
+
+#include "results/h5_detail.hpp"
+
+namespace fp8moe::results {
+
+using namespace fp8moe::h5::detail;
+
+namespace {
+
+// The row as HDF5 sees it in memory: strings as char* (variable-length), numbers as they are.
+struct Pod {
+#define FP8MOE_S(n) const char* n;
+#define FP8MOE_I8(n) std::int8_t n;
+#define FP8MOE_I32(n) std::int32_t n;
+#define FP8MOE_I64(n) std::int64_t n;
+#define FP8MOE_U64(n) std::uint64_t n;
+#define FP8MOE_F64(n) double n;
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_I8, FP8MOE_I32, FP8MOE_I64, FP8MOE_U64, FP8MOE_F64)
+#undef FP8MOE_S
+#undef FP8MOE_I8
+#undef FP8MOE_I32
+#undef FP8MOE_I64
+#undef FP8MOE_U64
+#undef FP8MOE_F64
+};
+
+constexpr const char* kTable = "cases";
+constexpr hsize_t kChunkRows = 256;
+
+// Memory (native) or file (little-endian) compound type of a row.
+h5::Handle row_type(bool file_type, const std::string& path) {
+  h5::Handle str = own(H5Tcopy(H5T_C_S1), H5Tclose, "cannot make the string type", path, "H5Tcopy");
+  check(H5Tset_size(str.get(), H5T_VARIABLE), "cannot make the string type", path, "H5Tset_size");
+  check(H5Tset_cset(str.get(), H5T_CSET_UTF8), "cannot make the string type", path, "H5Tset_cset");
+  h5::Handle t = own(H5Tcreate(H5T_COMPOUND, sizeof(Pod)), H5Tclose, "cannot make the cases type", path, "H5Tcreate");
+  const hid_t s = str.get();
+  const hid_t i8 = file_type ? H5T_STD_I8LE : H5T_NATIVE_INT8, i32 = file_type ? H5T_STD_I32LE : H5T_NATIVE_INT32,
+              i64 = file_type ? H5T_STD_I64LE : H5T_NATIVE_INT64, u64 = file_type ? H5T_STD_U64LE : H5T_NATIVE_UINT64,
+              f64 = file_type ? H5T_IEEE_F64LE : H5T_NATIVE_DOUBLE;
+  auto insert = [&](const char* name, std::size_t off, hid_t type) {
+    check(H5Tinsert(t.get(), name, off, type), cat("cannot add column '", name, "'"), path, "H5Tinsert");
+  };
+#define FP8MOE_S(n) insert(#n, offsetof(Pod, n), s);
+#define FP8MOE_I8(n) insert(#n, offsetof(Pod, n), i8);
+#define FP8MOE_I32(n) insert(#n, offsetof(Pod, n), i32);
+#define FP8MOE_I64(n) insert(#n, offsetof(Pod, n), i64);
+#define FP8MOE_U64(n) insert(#n, offsetof(Pod, n), u64);
+#define FP8MOE_F64(n) insert(#n, offsetof(Pod, n), f64);
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_I8, FP8MOE_I32, FP8MOE_I64, FP8MOE_U64, FP8MOE_F64)
+#undef FP8MOE_S
+#undef FP8MOE_I8
+#undef FP8MOE_I32
+#undef FP8MOE_I64
+#undef FP8MOE_U64
+#undef FP8MOE_F64
+  if (file_type) {
+    // The file type packs the columns (h5py gives a compact numpy dtype); memory keeps Pod's layout.
+    check(H5Tpack(t.get()), "cannot pack the cases type", path, "H5Tpack");
+  }
+  return t;
+}
+
+Pod to_pod(const CaseRow& r) {
+  Pod p{};
+#define FP8MOE_S(n) p.n = r.n.c_str();
+#define FP8MOE_N(n) p.n = r.n;
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N)
+#undef FP8MOE_S
+#undef FP8MOE_N
+  return p;
+}
+
+CaseRow from_pod(const Pod& p) {
+  CaseRow r;
+#define FP8MOE_S(n) r.n = p.n ? p.n : "";
+#define FP8MOE_N(n) r.n = p.n;
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N)
+#undef FP8MOE_S
+#undef FP8MOE_N
+  return r;
+}
+
+h5::Handle open_table(const h5::File& f) {
+  if (!f.is_dataset(kTable)) fail("'", f.file(), "' has no 'cases' table: it is not a complete fp8moe sweep file");
+  return own(H5Dopen2(f.id(), kTable, H5P_DEFAULT), H5Dclose, "cannot open the cases table", f.file(), "H5Dopen2");
+}
+
+hsize_t table_rows(hid_t ds, const std::string& path) {
+  h5::Handle space = own(H5Dget_space(ds), H5Sclose, "cannot read the cases table's size", path, "H5Dget_space");
+  hsize_t n = 0;
+  check(H5Sget_simple_extent_dims(space.get(), &n, nullptr), "cannot read the cases table's size", path,
+        "H5Sget_simple_extent_dims");
+  return n;
+}
+
+std::vector<CaseRow> read_rows(hid_t ds, hsize_t n, const std::string& path) {
+  std::vector<CaseRow> out;
+  if (n == 0) return out;
+  h5::Handle mem = row_type(false, path);
+  std::vector<Pod> pods(n);
+  h5::Handle fspace = own(H5Dget_space(ds), H5Sclose, "cannot read the cases table", path, "H5Dget_space");
+  const hsize_t start = 0;
+  check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr), "cannot read the cases table",
+        path, "H5Sselect_hyperslab");
+  h5::Handle mspace = own(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot read the cases table", path, "H5Screate_simple");
+  check(H5Dread(ds, mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT, pods.data()),
+        "cannot read the cases table (its columns are not fp8moe's)", path, "H5Dread");
+  out.reserve(n);
+  for (const Pod& p : pods) out.push_back(from_pod(p));
+  H5Dvlen_reclaim(mem.get(), mspace.get(), H5P_DEFAULT, pods.data());
+  return out;
+}
+
+std::int64_t attr_int_or(const h5::Object& o, const char* name, std::int64_t dflt) {
+  const auto v = o.attr_int(name);
+  return v ? *v : dflt;
+}
+
+}  // namespace
+
+const std::vector<std::string>& case_columns() {
+  static const std::vector<std::string> cols = [] {
+    std::vector<std::string> c;
+#define FP8MOE_C(n) c.push_back(#n);
+    FP8MOE_CASE_COLUMNS(FP8MOE_C, FP8MOE_C, FP8MOE_C, FP8MOE_C, FP8MOE_C, FP8MOE_C)
+#undef FP8MOE_C
+    return c;
+  }();
+  return cols;
+}
+
+std::optional<double> column_number(const CaseRow& r, const std::string& column) {
+#define FP8MOE_S(n)
+#define FP8MOE_N(n) \
+  if (column == #n) return static_cast<double>(r.n);
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N)
+#undef FP8MOE_S
+#undef FP8MOE_N
+  return std::nullopt;
+}
+
+std::optional<std::string> column_text(const CaseRow& r, const std::string& column) {
+#define FP8MOE_S(n) \
+  if (column == #n) return r.n;
+#define FP8MOE_I(n) \
+  if (column == #n) return std::to_string(r.n);
+#define FP8MOE_F(n)                                                           \
+  if (column == #n) {                                                         \
+    if (std::isnan(r.n)) return std::string("nan");                          \
+    if (std::isinf(r.n)) return std::string(r.n > 0 ? "inf" : "-inf");       \
+    char buf[64];                                                             \
+    std::snprintf(buf, sizeof buf, "%.17g", r.n);                             \
+    return std::string(buf);                                                  \
+  }
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_I, FP8MOE_I, FP8MOE_I, FP8MOE_I, FP8MOE_F)
+#undef FP8MOE_S
+#undef FP8MOE_I
+#undef FP8MOE_F
+  return std::nullopt;
+}
+
+std::string case_group_name(std::int64_t case_id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "case_%06lld", static_cast<long long>(case_id));
+  return buf;
+}
+
+SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance, std::int64_t cases_total) {
+  SweepWriter w(h5::File::create(path));
+  h5::File& f = w.file_;
+  f.set_attr("format", kFormatTag);
+  f.set_attr("schema_version", kSchemaVersion);
+  f.set_attr("status", "running");
+  f.set_attr("status_message", "");
+  for (const auto& [k, v] : provenance) f.set_attr(k, v);
+  f.set_attr("cases_total", cases_total);
+  f.set_attr("cases_done", std::int64_t{0});
+  f.set_attr("rows_committed", std::int64_t{0});
+
+  h5::Handle ftype = row_type(true, path);
+  const hsize_t zero = 0, unlimited = H5S_UNLIMITED;
+  h5::Handle space = own(H5Screate_simple(1, &zero, &unlimited), H5Sclose, "cannot create the cases table", path,
+                         "H5Screate_simple");
+  h5::Handle dcpl = own(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "cannot create the cases table", path, "H5Pcreate");
+  check(H5Pset_chunk(dcpl.get(), 1, &kChunkRows), "cannot create the cases table", path, "H5Pset_chunk");
+  h5::Handle ds = own(H5Dcreate2(f.id(), kTable, ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                      H5Dclose, "cannot create the cases table", path, "H5Dcreate2");
+  f.flush();
+  return w;
+}
+
+SweepWriter SweepWriter::resume(const std::string& path) {
+  { (void)open_sweep(path); }  // the checks, read-only, before anything is changed
+  SweepWriter w(h5::File::open(path, /*writable=*/true));
+  h5::File& f = w.file_;
+  const std::int64_t committed = attr_int_or(f, "rows_committed", 0);
+  {
+    h5::Handle ds = open_table(f);
+    const hsize_t n = table_rows(ds.get(), path);
+    if (static_cast<std::int64_t>(n) < committed) {
+      fail("'", path, "' claims ", committed, " committed rows but its table has ", n, ": the file is damaged; rerun the sweep");
+    }
+    if (static_cast<std::int64_t>(n) > committed) {
+      const hsize_t keep = static_cast<hsize_t>(committed);
+      check(H5Dset_extent(ds.get(), &keep), "cannot drop the cut-off case's rows", path, "H5Dset_extent");
+    }
+    w.rows_ = read_rows(ds.get(), static_cast<hsize_t>(committed), path);
+  }
+  w.committed_ = committed;
+  std::set<std::string> done;
+  for (const CaseRow& r : w.rows_) done.insert(case_group_name(r.case_id));
+  for (const char* kind : {"blocks", "tensors"}) {
+    if (!f.is_group(kind)) continue;
+    const h5::Group g = f.open_group(kind);
+    for (const std::string& name : g.groups()) {
+      if (done.count(name)) continue;
+      const std::string p = std::string("/") + kind + "/" + name;
+      check(H5Ldelete(f.id(), p.c_str(), H5P_DEFAULT), cat("cannot drop the cut-off group '", p, "'"), path, "H5Ldelete");
+    }
+  }
+  f.set_attr("status", "running");
+  f.set_attr("status_message", "");
+  f.flush();
+  return w;
+}
+
+h5::Group SweepWriter::case_group(const std::string& kind, std::int64_t case_id) {
+  if (!file_.is_group(kind)) (void)file_.create_group(kind);
+  h5::Group parent = file_.open_group(kind);
+  const std::string name = case_group_name(case_id);
+  if (parent.is_group(name)) {
+    fail("'", file_.file(), "' has a group ", kind, "/", name, " already: was this case run twice?");
+  }
+  return parent.create_group(name);
+}
+
+void SweepWriter::commit(const std::vector<CaseRow>& rows) {
+  const std::string& path = file_.file();
+  if (!rows.empty()) {
+    h5::Handle ds = open_table(file_);
+    h5::Handle mem = row_type(false, path);
+    std::vector<Pod> pods;
+    pods.reserve(rows.size());
+    for (const CaseRow& r : rows) pods.push_back(to_pod(r));
+    const hsize_t start = static_cast<hsize_t>(committed_), count = rows.size(), total = start + count;
+    check(H5Dset_extent(ds.get(), &total), "cannot grow the cases table", path, "H5Dset_extent");
+    h5::Handle fspace = own(H5Dget_space(ds.get()), H5Sclose, "cannot write the cases table", path, "H5Dget_space");
+    check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+          "cannot write the cases table", path, "H5Sselect_hyperslab");
+    h5::Handle mspace = own(H5Screate_simple(1, &count, nullptr), H5Sclose, "cannot write the cases table", path,
+                            "H5Screate_simple");
+    check(H5Dwrite(ds.get(), mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT, pods.data()),
+          "cannot write the cases table", path, "H5Dwrite");
+    committed_ = static_cast<std::int64_t>(total);
+    rows_.insert(rows_.end(), rows.begin(), rows.end());
+  }
+  std::set<std::int64_t> ids;
+  for (const CaseRow& r : rows_) ids.insert(r.case_id);
+  file_.set_attr("rows_committed", committed_);
+  file_.set_attr("cases_done", static_cast<std::int64_t>(ids.size()));
+  file_.flush();
+}
+
+void SweepWriter::finish(const std::string& status, const std::string& message) {
+  file_.set_attr("status_message", message);
+  file_.set_attr("status", status);
+  file_.close();
+}
+
+h5::File open_sweep(const std::string& path) {
+  h5::File f = h5::File::open(path);
+  const auto tag = f.has_attr("format") ? f.attr_string("format") : std::nullopt;
+  if (!tag || *tag != kFormatTag) {
+    fail("'", path, "' is not an fp8moe sweep result (no root attribute format = ", kFormatTag,
+         "): give a file written by `fp8moe sweep`");
+  }
+  const std::int64_t v = attr_int_or(f, "schema_version", 0);
+  if (v > kSchemaVersion) fail("'", path, "' has schema version ", v, ", newer than this fp8moe's ", kSchemaVersion, ": update fp8moe");
+  return f;
+}
+
+std::vector<CaseRow> read_cases(const h5::File& f) {
+  h5::Handle ds = open_table(f);
+  const hsize_t n = table_rows(ds.get(), f.file());
+  const std::int64_t committed = attr_int_or(f, "rows_committed", static_cast<std::int64_t>(n));
+  return read_rows(ds.get(), std::min<hsize_t>(n, static_cast<hsize_t>(committed)), f.file());
+}
+
+}  // namespace fp8moe::results

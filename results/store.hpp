@@ -1,0 +1,92 @@
+#pragma once
+// The sweep results store (issue 4 item 3; results/SCHEMA.md documents the file): one HDF5 file
+// per run with the `cases` compound table (one row per case x pass x tensor), provenance as root
+// attributes, optional per-case groups under /blocks and /tensors, and a `status` attribute
+// written last.
+//
+// Crash safety (DESIGN.md 5, issue 4 item 4): a case's groups are written first, then its rows in
+// one extend-and-write, then `rows_committed`/`cases_done`, then H5Fflush. A writer killed at any
+// moment leaves a file whose flushed state holds every completed case; rows past
+// `rows_committed` (a case cut off between its write and its flush) are dropped on resume.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/h5.hpp"
+
+namespace fp8moe::results {
+
+// Every column of `cases`, in order: (type, name). One list, so the C++ row, the HDF5 compound
+// type and the conversions between them cannot drift apart. S: vlen UTF-8 string.
+#define FP8MOE_CASE_COLUMNS(S, I8, I32, I64, U64, F64)                                                   \
+  I64(case_id) S(case_key) S(scenario) S(level) S(mesh) I32(world) S(plan) S(placements) S(strategy)     \
+  S(pass) S(tensor) S(backend) S(mode) S(format) I32(block) I8(pow2_scales) I8(pad) I32(experts)          \
+  I64(tokens) I64(n) I64(k) I64(dim) I64(hidden) S(routing) S(offs) S(dist) U64(seed) S(fsdp_gather)      \
+  S(reduce_dtype) S(reduce_order) I8(fp8_dispatch) F64(lr) F64(sqnr_db) F64(sqnr_vs_single_db)            \
+  F64(rel_err) F64(max_abs_err) F64(max_ulp) F64(bitwise_equal_frac) I8(block_aligned)                    \
+  F64(underflow_frac) F64(saturated_frac) I64(nonfinite) I64(comm_bytes) F64(time_ms) S(status)           \
+  S(message)
+
+struct CaseRow {
+#define FP8MOE_S(n) std::string n;
+#define FP8MOE_I8(n) std::int8_t n = 0;
+#define FP8MOE_I32(n) std::int32_t n = 0;
+#define FP8MOE_I64(n) std::int64_t n = 0;
+#define FP8MOE_U64(n) std::uint64_t n = 0;
+#define FP8MOE_F64(n) double n = 0;
+  FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_I8, FP8MOE_I32, FP8MOE_I64, FP8MOE_U64, FP8MOE_F64)
+#undef FP8MOE_S
+#undef FP8MOE_I8
+#undef FP8MOE_I32
+#undef FP8MOE_I64
+#undef FP8MOE_U64
+#undef FP8MOE_F64
+};
+
+// Column names in table order, and a column's value as text (for reports, gates and compare).
+const std::vector<std::string>& case_columns();
+std::optional<std::string> column_text(const CaseRow& r, const std::string& column);
+std::optional<double> column_number(const CaseRow& r, const std::string& column);  // numeric columns
+
+inline constexpr const char* kFormatTag = "fp8moe-sweep";
+inline constexpr int kSchemaVersion = 1;
+
+using Attrs = std::vector<std::pair<std::string, std::string>>;  // string provenance attributes
+
+class SweepWriter {
+ public:
+  // Creates `path` (truncating), writes the provenance, `status` = running, an empty table.
+  static SweepWriter create(const std::string& path, const Attrs& provenance, std::int64_t cases_total);
+  // Reopens a file for --resume: drops rows past `rows_committed` and the /blocks and /tensors
+  // groups of cases without committed rows; sets `status` = running.
+  static SweepWriter resume(const std::string& path);
+
+  // Rows already in the file (resume) and the case ids they cover.
+  const std::vector<CaseRow>& rows() const { return rows_; }
+
+  // The group for one case's extra datasets (/blocks/case_000012), created on demand.
+  h5::Group case_group(const std::string& kind, std::int64_t case_id);
+  // Appends one case's rows and flushes: after this returns the case survives a kill.
+  void commit(const std::vector<CaseRow>& rows);
+  // The final word: status (complete, interrupted, failed) and its message; flushes and closes.
+  void finish(const std::string& status, const std::string& message);
+  h5::File& file() { return file_; }
+
+ private:
+  explicit SweepWriter(h5::File f) : file_(std::move(f)) {}
+  h5::File file_;
+  std::vector<CaseRow> rows_;
+  std::int64_t committed_ = 0;
+};
+
+// Opens an fp8moe sweep file for reading; Error naming the file when it is not HDF5, not an
+// fp8moe sweep result (no `format` = fp8moe-sweep), or of a newer schema.
+h5::File open_sweep(const std::string& path);
+// The committed rows of `cases` (rows past `rows_committed` are a cut-off case: left out).
+std::vector<CaseRow> read_cases(const h5::File& f);
+
+// "case_000012": the group name of a case under /blocks and /tensors.
+std::string case_group_name(std::int64_t case_id);
+
+}  // namespace fp8moe::results

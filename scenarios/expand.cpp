@@ -1,0 +1,557 @@
+#include "scenarios/expand.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "reference/error.hpp"
+#include "reference/groups.hpp"
+#include "sim/backend/backend.hpp"
+#include "sim/rules/enumerate.hpp"
+
+namespace fp8moe::scenarios {
+
+using namespace fp8moe::sim;
+
+namespace {
+
+// Built-in value of each key when neither the scenario nor [defaults] sets it.
+const std::map<std::string, std::string>& builtin_defaults() {
+  static const std::map<std::string, std::string> d{
+      {"level", "op"},          {"mesh", "1"},           {"plan", "all"},          {"placements", "direct"},
+      {"lhs", "all"},           {"rhs", "all"},          {"pass", "all"},          {"mode", "promote-fp32:cublas"},
+      {"backend", "reference"}, {"experts", "2"},        {"tokens", "256"},        {"n", "256"},
+      {"k", "256"},             {"dim", "256"},          {"hidden", "256"},        {"routing", "balanced"},
+      {"offs", "none"},         {"empty_experts", "none"}, {"dist", "normal"},     {"seed", "0"},
+      {"format", "e4m3"},       {"block", "128"},        {"pow2_scales", "false"}, {"pad", "auto"},
+      {"fsdp_gather", "bf16"},  {"reduce_dtype", "fp32"}, {"reduce_order", "ascending"},
+      {"fp8_dispatch", "false"}, {"lr", "0"},            {"description", ""}};
+  return d;
+}
+
+// Rethrows a value's parse error with its file and line.
+template <class F>
+auto at(const Value& v, const std::string& key, F&& f) -> decltype(f(v.text)) {
+  try {
+    return f(v.text);
+  } catch (const Error& e) {
+    fail(v.where(), ": ", key, " = ", v.text, ": ", e.what());
+  }
+}
+
+std::int64_t parse_int(const std::string& s, std::int64_t lo) {
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    fail("'", s, "' is not an integer");
+  }
+  if (used != s.size()) fail("'", s, "' is not an integer");
+  if (x < lo) fail("must be >= ", lo);
+  return x;
+}
+
+bool parse_bool(const std::string& s) {
+  if (s == "true" || s == "on" || s == "yes" || s == "1") return true;
+  if (s == "false" || s == "off" || s == "no" || s == "0") return false;
+  fail("use true or false (on/off, yes/no, 1/0)");
+}
+
+// "0..3" -> 0,1,2,3 for the integer axes (seeds); a single integer otherwise.
+std::vector<Value> expand_ranges(const std::vector<Value>& vals, const std::string& key) {
+  std::vector<Value> out;
+  for (const Value& v : vals) {
+    const auto dots = v.text.find("..");
+    if (dots == std::string::npos) {
+      out.push_back(v);
+      continue;
+    }
+    const std::int64_t a = at(v, key, [&](const std::string& s) { return parse_int(s.substr(0, dots), 0); });
+    const std::int64_t b = at(v, key, [&](const std::string& s) { return parse_int(s.substr(dots + 2), 0); });
+    if (b < a || b - a > 10000) fail(v.where(), ": ", key, " = ", v.text, ": a range A..B needs A <= B, at most 10001 values");
+    for (std::int64_t x = a; x <= b; ++x) out.push_back(Value{std::to_string(x), v.file, v.line});
+  }
+  return out;
+}
+
+struct ModeValue {
+  Mode mode;
+  Promotion promo;
+};
+std::vector<ModeValue> parse_mode_value(const std::string& s) {
+  const auto colon = s.find_first_of(":/");
+  const Mode m = parse_mode(s.substr(0, colon));
+  if (colon == std::string::npos) {
+    if (m == Mode::promote_fp32) return {{m, Promotion::deepgemm}, {m, Promotion::cublas}};
+    return {{m, Promotion::deepgemm}};
+  }
+  if (m != Mode::promote_fp32) fail("only promote-fp32 takes a promotion order (:deepgemm or :cublas)");
+  return {{m, parse_promotion(s.substr(colon + 1))}};
+}
+
+std::int64_t round_up(std::int64_t n, std::int64_t b) { return (n + b - 1) / b * b; }
+
+bool plan_has(const std::string& plan, const char* part) {
+  std::string p = "+" + plan + "+";
+  return p.find(std::string("+") + part + "+") != std::string::npos;
+}
+
+// One scenario's resolved key values: the per-key lists the product walks over.
+struct Axes {
+  std::map<std::string, std::vector<Value>> v;
+  const std::vector<Value>& operator[](const std::string& k) const { return v.at(k); }
+};
+
+}  // namespace
+
+bool glob_match(const std::string& p, const std::string& s) {
+  std::size_t pi = 0, si = 0, star = std::string::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi, ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++, mark = si;
+    } else if (star != std::string::npos) {
+      pi = star + 1, si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+std::string Case::mode_label() const { return fp8moe::mode_label(gemm.mode, gemm.promotion); }
+
+std::string Case::placements() const {
+  if (level == "op") return cat(lhs_name(pass), "=", str(lhs), " ", rhs_name(pass), "=", str(rhs));
+  if (!rejected.empty()) return "";
+  return make_layer_plan(plan, Mesh::parse(mesh)).describe();
+}
+
+std::string Case::key() const {
+  std::string key = cat("level=", level, " mesh=", mesh);
+  if (level == "op") {
+    key += cat(" pass=", pass_name(pass), " ", lhs_name(pass), "=", str(lhs), " ", rhs_name(pass), "=", str(rhs),
+             " E=", experts, " M=", tokens, " N=", n, " K=", k);
+  } else {
+    key += cat(" plan=", plan, " E=", experts, " M=", tokens, " D=", dim, " H=", hidden);
+  }
+  std::string o;
+  for (std::size_t i = 0; i < offs.size(); ++i) o += (i ? "," : "") + std::to_string(offs[i]);
+  key += cat(" offs=", o, " dist=", dist_name(dist), " seed=", seed, " mode=", mode_label(), " backend=", backend);
+  if (is_quantized(gemm.mode)) {
+    key += cat(" format=", format_name(gemm.quant.format), " block=", gemm.quant.block,
+             " pow2=", gemm.quant.pow2_scales ? 1 : 0, " pad=", gemm.pad ? 1 : 0);
+  }
+  if (world > 1) key += cat(" reduce=", reduce_dtype_name(reduce.dtype), "/", reduce_order_name(reduce.order));
+  if (level == "layer") {
+    if (plan_has(plan, "fsdp")) key += cat(" fsdp_gather=", gather_dtype_name(fsdp_gather));
+    if (plan_has(plan, "ep")) key += cat(" fp8_dispatch=", fp8_dispatch ? 1 : 0);
+    if (lr != 0) key += cat(" lr=", lr);
+  }
+  return key;
+}
+
+std::int64_t Case::memory_estimate() const {
+  // Floats of the inputs and intermediates, held by every rank (shards are at most whole
+  // tensors) and by the three runs (plan, single device, hp64), outputs as doubles.
+  const double w = world;
+  if (level == "op") {
+    const double M = static_cast<double>(tokens) + experts * 128.0;  // padded rows
+    const double in = M * static_cast<double>(k + n) + static_cast<double>(experts) * n * k;
+    const double out = pass == Pass::wgrad ? static_cast<double>(experts) * n * k
+                                           : M * static_cast<double>(pass == Pass::fwd ? n : k);
+    return static_cast<std::int64_t>(4 * in * (w + 3) * 1.5 + 8 * out * (w + 4));
+  }
+  const double M = static_cast<double>(tokens) + experts * 128.0;
+  const double D = static_cast<double>(dim), H = static_cast<double>(hidden);
+  const double tensors = 2 * M * D + 3 * experts * H * D * 2 + 8 * M * H + 2 * M * D;
+  return static_cast<std::int64_t>(4 * tensors * (w + 3) * 1.5);
+}
+
+double Case::flops() const {
+  if (level == "op") return 3 * 2.0 * static_cast<double>(tokens) * static_cast<double>(n) * static_cast<double>(k);
+  return 3 * 18.0 * static_cast<double>(tokens) * static_cast<double>(dim) * static_cast<double>(hidden);
+}
+
+Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& opt) {
+  Expansion ex;
+  std::set<std::string> seen_keys;
+  int next_id = 0;
+  for (const ScenarioFile& f : files) {
+    for (const Section& sec : f.scenarios) {
+      // Key values: the scenario's own, else [defaults], else built in (located at the header).
+      Axes ax;
+      for (const std::string& key : scenario_keys()) {
+        if (const Entry* e = sec.find(key)) {
+          ax.v[key] = e->values;
+        } else if (const Entry* d = f.defaults.find(key)) {
+          ax.v[key] = d->values;
+        } else {
+          ax.v[key] = {Value{builtin_defaults().at(key), sec.file, sec.line}};
+        }
+      }
+      ax.v["seed"] = expand_ranges(ax["seed"], "seed");
+      const bool offs_given = ax["offs"].front().text != "none";
+      if (offs_given && (sec.find("experts") || sec.find("tokens"))) {
+        const Value& v = sec.find("experts") ? sec.find("experts")->values.front() : sec.find("tokens")->values.front();
+        fail(v.where(), ": give either offs (which fixes experts and tokens) or experts/tokens with a routing, not both");
+      }
+      // Validate every value once, with its line, before any product is formed.
+      for (const Value& v : ax["level"]) {
+        if (v.text != "op" && v.text != "layer") fail(v.where(), ": level = ", v.text, ": use op or layer");
+      }
+      std::vector<Mesh> meshes;
+      for (const Value& v : ax["mesh"]) meshes.push_back(at(v, "mesh", [](const std::string& s) { return Mesh::parse(s); }));
+      for (const Value& v : ax["plan"]) {
+        if (v.text == "all") continue;
+        const auto& names = layer_plan_names();
+        if (std::find(names.begin(), names.end(), v.text) == names.end()) {
+          std::string all;
+          for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+          fail(v.where(), ": plan = ", v.text, ": use all or one of ", all);
+        }
+        bool some_mesh = false;
+        std::string why;
+        for (const Mesh& m : meshes) {
+          try {
+            (void)make_layer_plan(v.text, m);
+            some_mesh = true;
+          } catch (const Error& e) {
+            why = e.what();
+          }
+        }
+        const bool layer_used = std::any_of(ax["level"].begin(), ax["level"].end(), [](const Value& l) { return l.text == "layer"; });
+        if (layer_used && !some_mesh) fail(v.where(), ": plan = ", v.text, ": no mesh of this scenario can hold it (", why, ")");
+      }
+      for (const Value& v : ax["placements"]) {
+        if (v.text != "direct" && v.text != "redistribute" && v.text != "all") {
+          fail(v.where(), ": placements = ", v.text, ": use direct, redistribute or all");
+        }
+      }
+      std::vector<Pass> passes;
+      for (const Value& v : ax["pass"]) {
+        if (v.text == "all") {
+          for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) passes.push_back(p);
+        } else {
+          passes.push_back(at(v, "pass", [](const std::string& s) { return parse_pass(s); }));
+        }
+      }
+      std::vector<ModeValue> modes;
+      for (const Value& v : ax["mode"]) {
+        for (const ModeValue& m : at(v, "mode", parse_mode_value)) modes.push_back(m);
+      }
+      for (const Value& v : ax["backend"]) {
+        at(v, "backend", [](const std::string& s) { return backend_unsupported(s, GemmOptions{}); });
+      }
+      auto ints = [&](const std::string& key, std::int64_t lo) {
+        std::vector<std::int64_t> out;
+        for (const Value& v : ax[key]) out.push_back(at(v, key, [&](const std::string& s) { return parse_int(s, lo); }));
+        return out;
+      };
+      const auto experts = ints("experts", 1), tokens = ints("tokens", 0), ns = ints("n", 1), ks = ints("k", 1),
+                 dims = ints("dim", 1), hiddens = ints("hidden", 1), blocks = ints("block", 1);
+      std::vector<std::uint64_t> seeds;
+      for (std::int64_t s : ints("seed", 0)) seeds.push_back(static_cast<std::uint64_t>(s));
+      for (const Value& v : ax["block"]) {
+        QuantOptions q;
+        q.block = static_cast<int>(parse_int(v.text, 1));
+        at(v, "block", [&](const std::string&) { check_quant_options(q); return 0; });
+      }
+      std::vector<Routing> routings;
+      for (const Value& v : ax["routing"]) routings.push_back(at(v, "routing", [](const std::string& s) { return parse_routing(s); }));
+      std::vector<std::vector<std::int32_t>> offs_list;
+      if (offs_given) {
+        for (const Value& v : ax["offs"]) {
+          offs_list.push_back(at(v, "offs", [](const std::string& s) {
+            std::string t = s;
+            if (!t.empty() && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+            auto o = parse_int_list(t, "offs");
+            check_offsets(o, o.back());
+            return o;
+          }));
+        }
+      }
+      std::vector<std::vector<int>> empties;
+      for (const Value& v : ax["empty_experts"]) {
+        if (v.text == "none") {
+          empties.push_back({});
+          continue;
+        }
+        const auto l = at(v, "empty_experts", [](const std::string& s) { return parse_int_list(s, "empty_experts"); });
+        empties.emplace_back(l.begin(), l.end());
+      }
+      std::vector<Dist> dists;
+      for (const Value& v : ax["dist"]) dists.push_back(at(v, "dist", [](const std::string& s) { return parse_dist(s); }));
+      std::vector<Fp8Format> formats;
+      for (const Value& v : ax["format"]) formats.push_back(at(v, "format", [](const std::string& s) { return parse_format(s); }));
+      std::vector<bool> pow2s, dispatches;
+      for (const Value& v : ax["pow2_scales"]) pow2s.push_back(at(v, "pow2_scales", parse_bool));
+      for (const Value& v : ax["fp8_dispatch"]) dispatches.push_back(at(v, "fp8_dispatch", parse_bool));
+      for (const Value& v : ax["pad"]) {
+        if (v.text != "auto" && v.text != "on" && v.text != "off") fail(v.where(), ": pad = ", v.text, ": use auto, on or off");
+      }
+      std::vector<GatherDtype> gathers;
+      for (const Value& v : ax["fsdp_gather"]) gathers.push_back(at(v, "fsdp_gather", [](const std::string& s) { return parse_gather_dtype(s); }));
+      std::vector<ReduceDtype> rdtypes;
+      for (const Value& v : ax["reduce_dtype"]) rdtypes.push_back(at(v, "reduce_dtype", [](const std::string& s) { return parse_reduce_dtype(s); }));
+      std::vector<ReduceOrder> rorders;
+      for (const Value& v : ax["reduce_order"]) rorders.push_back(at(v, "reduce_order", [](const std::string& s) { return parse_reduce_order(s); }));
+      std::vector<float> lrs;
+      for (const Value& v : ax["lr"]) {
+        lrs.push_back(at(v, "lr", [](const std::string& s) {
+          std::size_t used = 0;
+          float x = 0;
+          try {
+            x = std::stof(s, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used != s.size() || !std::isfinite(x) || x < 0) fail("use a finite number >= 0");
+          return x;
+        }));
+      }
+
+      // The product, outermost key first. Each element is one partially built case with the
+      // choices that are resolved only once every key is known.
+      struct Proto {
+        Case c;
+        std::string lhs, rhs, filter;  // op placements ("all" or a list) and the verdict filter
+        Routing routing;               // unless offs were given
+        bool pad_auto = false;
+      };
+      std::vector<Proto> protos(1);
+      protos[0].c.scenario = sec.name;
+      protos[0].c.where = cat(sec.file, ":", sec.line);
+      auto cross = [&](auto&& values, auto&& set) {
+        std::vector<Proto> next;
+        for (const Proto& c : protos) {
+          for (const auto& x : values) {
+            Proto d = c;
+            set(d, x);
+            next.push_back(std::move(d));
+          }
+        }
+        protos = std::move(next);
+      };
+      cross(ax["level"], [](Proto& p, const Value& v) { p.c.level = v.text; });
+      cross(meshes, [](Proto& p, const Mesh& m) { p.c.mesh = m.str(); p.c.world = m.world(); });
+      std::vector<std::string> plans;
+      for (const Value& v : ax["plan"]) plans.push_back(v.text);
+      cross(plans, [](Proto& p, const std::string& x) { p.c.plan = x; });
+      cross(passes, [](Proto& p, Pass x) { p.c.pass = x; });
+      std::vector<std::string> lhss, rhss, pls;
+      for (const Value& v : ax["lhs"]) lhss.push_back(v.text);
+      for (const Value& v : ax["rhs"]) rhss.push_back(v.text);
+      for (const Value& v : ax["placements"]) pls.push_back(v.text);
+      struct PlacementPick {
+        std::string lhs, rhs, filter;
+      };
+      std::vector<PlacementPick> picks;
+      for (const auto& l : lhss) {
+        for (const auto& r : rhss) {
+          for (const auto& p : pls) picks.push_back({l, r, p});
+        }
+      }
+      cross(picks, [](Proto& p, const PlacementPick& x) { p.lhs = x.lhs, p.rhs = x.rhs, p.filter = x.filter; });
+      cross(modes, [](Proto& p, const ModeValue& m) { p.c.gemm.mode = m.mode, p.c.gemm.promotion = m.promo; });
+      std::vector<std::string> backends;
+      for (const Value& v : ax["backend"]) backends.push_back(opt.backend_override.empty() ? v.text : opt.backend_override);
+      cross(backends, [](Proto& p, const std::string& b) { p.c.backend = b; });
+      struct Shape {
+        int E;
+        std::int64_t M;
+        std::vector<std::int32_t> offs;
+        bool explicit_offs;
+      };
+      std::vector<Shape> shapes;
+      if (offs_given) {
+        for (const auto& o : offs_list) shapes.push_back({static_cast<int>(o.size()), o.back(), o, true});
+      } else {
+        for (auto E : experts) {
+          for (auto M : tokens) shapes.push_back({static_cast<int>(E), M, {}, false});
+        }
+      }
+      cross(shapes, [](Proto& p, const Shape& s) { p.c.experts = s.E, p.c.tokens = s.M, p.c.offs = s.offs, p.c.routing = s.explicit_offs ? "explicit" : ""; });
+      cross(ns, [](Proto& p, std::int64_t x) { p.c.n = x; });
+      cross(ks, [](Proto& p, std::int64_t x) { p.c.k = x; });
+      cross(dims, [](Proto& p, std::int64_t x) { p.c.dim = x; });
+      cross(hiddens, [](Proto& p, std::int64_t x) { p.c.hidden = x; });
+      struct RoutingPick {
+        Routing r;
+        std::vector<int> empty;
+        std::string text;
+      };
+      std::vector<RoutingPick> rpicks;
+      for (std::size_t i = 0; i < routings.size(); ++i) {
+        for (const auto& e : empties) rpicks.push_back({routings[i], e, ax["routing"][i].text});
+      }
+      cross(rpicks, [](Proto& p, const RoutingPick& r) {
+        if (p.c.routing == "explicit") return;
+        p.routing = r.r;
+        p.routing.empty_experts = r.empty;
+        p.c.routing = routing_name(p.routing);
+      });
+      cross(dists, [](Proto& p, Dist d) { p.c.dist = d; });
+      cross(seeds, [](Proto& p, std::uint64_t s) { p.c.seed = s; });
+      cross(formats, [](Proto& p, Fp8Format f) { p.c.gemm.quant.format = f; });
+      cross(blocks, [](Proto& p, std::int64_t b) { p.c.gemm.quant.block = static_cast<int>(b); });
+      cross(pow2s, [](Proto& p, bool b) { p.c.gemm.quant.pow2_scales = b; });
+      std::vector<std::string> pads;
+      for (const Value& v : ax["pad"]) pads.push_back(v.text);
+      cross(pads, [](Proto& p, const std::string& x) { p.c.gemm.pad = x == "on", p.pad_auto = x == "auto"; });
+      cross(gathers, [](Proto& p, GatherDtype g) { p.c.fsdp_gather = g; });
+      cross(rdtypes, [](Proto& p, ReduceDtype d) { p.c.reduce.dtype = d; });
+      cross(rorders, [](Proto& p, ReduceOrder o) { p.c.reduce.order = o; });
+      cross(dispatches, [](Proto& p, bool b) { p.c.fp8_dispatch = b; });
+      cross(lrs, [](Proto& p, float lr) { p.c.lr = lr; });
+
+      // Resolve each product element into cases: routing, padding, plans and placements.
+      const Value& pad_value = ax["pad"].front();
+      for (Proto& proto : protos) {
+        Case& c = proto.c;
+        std::vector<Case> out;
+        // Routing (deferred until the seed is known).
+        if (c.routing != "explicit") {
+          try {
+            c.offs = make_offsets(c.tokens, c.experts, proto.routing, c.seed);
+          } catch (const Error& e) {
+            fail(sec.file, ":", sec.line, ": scenario ", sec.name, ": routing ", c.routing, " of ", c.tokens, " tokens over ",
+                 c.experts, " experts: ", e.what());
+          }
+        }
+        const int B = c.gemm.quant.block;
+        if (proto.pad_auto) c.gemm.pad = groups_need_padding(c.offs, B);
+        const bool quant = is_quantized(c.gemm.mode);
+        // Block rules that no placement can fix: the global feature dims and, for wgrad, the
+        // token groups (unless padded).
+        if (quant) {
+          const std::vector<std::pair<const char*, std::int64_t>> dims_needed =
+              c.level == "op" ? std::vector<std::pair<const char*, std::int64_t>>{{"n", c.n}, {"k", c.k}}
+                              : std::vector<std::pair<const char*, std::int64_t>>{{"dim", c.dim}, {"hidden", c.hidden}};
+          for (const auto& [name, val] : dims_needed) {
+            if (val % B != 0) {
+              const Entry* e = sec.find(name);
+              const std::string w = e ? e->values.front().where() : cat(sec.file, ":", sec.line);
+              fail(w, ": scenario ", sec.name, ": ", name, " = ", val, " is not a multiple of the quantization block ", B,
+                   ": use a multiple of ", B, " (e.g. ", round_up(val, B), ") or an unquantized mode");
+            }
+          }
+          const bool runs_wgrad = c.level == "layer" || c.pass == Pass::wgrad;
+          if (runs_wgrad && !c.gemm.pad && groups_need_padding(c.offs, B)) {
+            std::string o;
+            for (std::size_t i = 0; i < c.offs.size(); ++i) o += (i ? "," : "") + std::to_string(c.offs[i]);
+            fail(pad_value.where(), ": scenario ", sec.name, ": pad = off but the token groups (offs ", o,
+                 ") are not multiples of the block ", B, ", which the wgrad quantizers need: set pad = on or auto");
+          }
+        }
+        // Normalise what the case does not use, so equal cases have equal keys.
+        if (!quant) {
+          c.gemm.quant = QuantOptions{};
+          c.gemm.pad = false;
+        }
+        if (c.world == 1) c.reduce = ReduceOptions{};
+        if (c.level == "op") {
+          c.plan = "";
+          c.dim = c.hidden = 0;
+          c.fsdp_gather = GatherDtype::bf16;
+          c.fp8_dispatch = false;
+          c.lr = 0;
+          const std::string &l = proto.lhs, &r = proto.rhs, &filter = proto.filter;
+          const Mesh mesh = Mesh::parse(c.mesh);
+          OpShape shape{c.experts, c.tokens, c.n, c.k};
+          if (l == "all" || r == "all") {
+            const Enumeration en = enumerate_op(c.pass, shape, mesh, c.reduce);
+            for (const EnumeratedCase& e : en.cases) {
+              if (l != "all" && str(e.lhs) != str(parse_placements(l, mesh.ndim()))) continue;
+              if (r != "all" && str(e.rhs) != str(parse_placements(r, mesh.ndim()))) continue;
+              Case d = c;
+              d.lhs = e.lhs;
+              d.rhs = e.rhs;
+              const Verdict v = e.decision.verdict;
+              if (v == Verdict::reject) {
+                d.rejected = e.decision.reason;
+              } else if ((filter == "direct" && v != Verdict::direct) || (filter == "redistribute" && v != Verdict::redistribute)) {
+                continue;  // filtered out by `placements`, not rejected
+              }
+              d.op_verdict = verdict_name(v);
+              out.push_back(std::move(d));
+            }
+          } else {
+            Case d = c;
+            const Entry* le = sec.find("lhs");
+            const Entry* re = sec.find("rhs");
+            const std::string lw = le ? le->values.front().where() : d.where, rw = re ? re->values.front().where() : d.where;
+            try {
+              d.lhs = parse_placements(l, mesh.ndim());
+            } catch (const Error& e) {
+              fail(lw, ": lhs = ", l, " on mesh ", mesh.str(), ": ", e.what());
+            }
+            try {
+              d.rhs = parse_placements(r, mesh.ndim());
+            } catch (const Error& e) {
+              fail(rw, ": rhs = ", r, " on mesh ", mesh.str(), ": ", e.what());
+            }
+            try {
+              const ShardingDecision dec = decide(d.pass, shape, d.lhs, d.rhs, mesh, d.reduce);
+              d.op_verdict = verdict_name(dec.verdict);
+              if (dec.verdict == Verdict::reject) d.rejected = dec.reason;
+            } catch (const Error& e) {
+              fail(lw, ": placements ", l, " / ", r, " on mesh ", mesh.str(), ": ", e.what());
+            }
+            out.push_back(std::move(d));
+          }
+        } else {
+          c.n = c.k = 0;
+          c.pass = Pass::fwd;
+          c.lhs.clear();
+          c.rhs.clear();
+          const Mesh mesh = Mesh::parse(c.mesh);
+          std::vector<std::pair<std::string, std::string>> plan_picks;  // name, rejection
+          if (c.plan == "all") {
+            for (const PlanChoice& p : enumerate_layer_plans(mesh)) plan_picks.emplace_back(p.name, p.valid ? "" : p.reason);
+          } else {
+            std::string why;
+            try {
+              (void)make_layer_plan(c.plan, mesh);
+            } catch (const Error& e) {
+              why = e.what();
+            }
+            plan_picks.emplace_back(c.plan, why);
+          }
+          for (const auto& [name, why] : plan_picks) {
+            Case d = c;
+            d.plan = name;
+            d.rejected = why;
+            if (!plan_has(name, "fsdp")) d.fsdp_gather = GatherDtype::bf16;
+            if (!plan_has(name, "ep")) d.fp8_dispatch = false;
+            if (d.rejected.empty() && d.fsdp_gather == GatherDtype::fp8 && d.gemm.mode != Mode::exact &&
+                d.gemm.mode != Mode::promote_fp32) {
+              d.rejected = cat("fsdp_gather = fp8 runs the passes on the gathered fp8 weight: modes exact and "
+                               "promote-fp32 only, not ", d.mode_label());
+            }
+            out.push_back(std::move(d));
+          }
+        }
+        for (Case& d : out) {
+          if (d.rejected.empty()) d.rejected = backend_unsupported(d.backend, d.gemm);
+          const std::string key = cat(d.scenario, "|", d.key());
+          if (!seen_keys.insert(key).second) continue;  // an axis this case does not use
+          d.id = next_id++;
+          const bool keep = opt.only.empty() || glob_match(opt.only, d.scenario) ||
+                            glob_match("*" + opt.only + "*", d.key());
+          if (!keep) continue;
+          (d.rejected.empty() ? ex.runnable : ex.rejected)++;
+          ex.cases.push_back(std::move(d));
+        }
+      }
+    }
+  }
+  return ex;
+}
+
+}  // namespace fp8moe::scenarios

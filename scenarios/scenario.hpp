@@ -1,0 +1,78 @@
+#pragma once
+// Scenario files (issue 4 item 1): INI text read with Boost.Program_options' config-file parser,
+// one scenario per `[scenario.NAME]` section, shared keys in an optional `[defaults]` section.
+// Every key names one parameter of a case; a repeated key or a list of values makes it a sweep
+// axis, and the axes of a scenario expand as a cartesian product (scenarios/expand.hpp).
+//
+//   [scenario.tp_fwd]            # one scenario
+//   level = op
+//   mesh  = tp=2                 # values that contain commas (mesh, offs, empty_experts,
+//   mesh  = dp=2,tp=2            #   lhs, rhs) are listed by repeating the key or with ';'
+//   mode  = torchao-emulated, promote-fp32:cublas   # other keys: a comma (or ';') list
+//
+// scenarios/README.md documents every key and its values. Errors name the file and line.
+#include <string>
+#include <vector>
+
+namespace fp8moe::scenarios {
+
+// One value of a key, where it came from.
+struct Value {
+  std::string text;
+  std::string file;
+  int line = 0;
+  std::string where() const;  // "ci.ini:12"
+};
+
+struct Entry {
+  std::string key;
+  std::vector<Value> values;  // after splitting lists; in file order
+};
+
+struct Section {
+  std::string name;  // the NAME of [scenario.NAME]
+  std::string file;
+  int line = 0;      // the header's line
+  std::vector<Entry> entries;
+  const Entry* find(const std::string& key) const;
+};
+
+struct ScenarioFile {
+  std::string path;   // as given, or "<embedded default>"
+  std::string text;   // the file's text, kept as provenance
+  std::vector<Section> scenarios;
+  Section defaults;   // [defaults]: keys every scenario of the file inherits unless it sets them
+};
+
+// Every key a scenario may set, in the canonical order the axes expand in (outermost first).
+const std::vector<std::string>& scenario_keys();
+// Keys whose single values contain commas: listed by repetition or ';' only.
+bool is_tuple_key(const std::string& key);
+
+// INI text as sections of raw `key = value` items, in file order, with their lines (Boost's
+// config-file parser; a scan of the same text supplies the line numbers Boost does not report).
+struct IniSection {
+  std::string name;  // the text between the brackets
+  std::string file;
+  int line = 0;
+  std::vector<std::pair<std::string, Value>> items;
+};
+std::vector<IniSection> parse_ini(const std::string& text, const std::string& path);
+// One raw value as a list: tuple lists split on ';', others on ',' and ';'.
+std::vector<std::string> split_values(const std::string& raw, bool tuple);
+
+// Parses INI text. Errors (fp8moe::Error) name the file and line: a syntax error, an unknown
+// section, an unknown key (with the nearest valid key), a key with no value.
+ScenarioFile parse_scenario_text(const std::string& text, const std::string& path);
+ScenarioFile read_scenario_file(const std::string& path);  // Error when unreadable
+
+// The built-in default scenario (scenarios/default.ini compiled in) and the CI gates.
+const char* embedded_default_scenario();
+const char* embedded_default_gates();
+
+// Edit distance, for "did you mean" suggestions.
+int edit_distance(const std::string& a, const std::string& b);
+// The candidate closest to `s` (empty when none is close enough to suggest).
+std::string nearest(const std::string& s, const std::vector<std::string>& candidates);
+
+}  // namespace fp8moe::scenarios

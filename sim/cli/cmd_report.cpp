@@ -1,0 +1,268 @@
+// `fp8moe report`, `fp8moe compare` and `fp8moe gate`: reading sweep files (results/store.hpp).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "reference/error.hpp"
+#include "results/store.hpp"
+#include "scenarios/scenario.hpp"
+#include "sim/cli/command.hpp"
+#include "sim/sweep/gate.hpp"
+#include "sim/sweep/table.hpp"
+
+namespace fp8moe::cli {
+
+using results::CaseRow;
+using sim::format_db;
+
+namespace {
+
+struct Run {
+  std::string path, status, status_message;
+  std::int64_t cases_total = 0, cases_done = 0;
+  std::string git_sha, started, version;
+  std::vector<CaseRow> rows;
+};
+
+Run load(const std::string& path) {
+  const h5::File f = results::open_sweep(path);
+  Run r;
+  r.path = path;
+  r.status = f.attr_string("status").value_or("unknown");
+  r.status_message = f.attr_string("status_message").value_or("");
+  r.cases_total = f.attr_int("cases_total").value_or(0);
+  r.cases_done = f.attr_int("cases_done").value_or(0);
+  r.git_sha = f.attr_string("git_sha").value_or("unknown");
+  r.started = f.attr_string("started_utc").value_or("");
+  r.version = f.attr_string("tool_version").value_or("");
+  r.rows = results::read_cases(f);
+  return r;
+}
+
+std::string describe(const Run& r) {
+  return fmt::format("{}: status {}{}, {} rows from {} cases, fp8moe {} at {}, started {}", r.path, r.status,
+                     r.status_message.empty() ? "" : " (" + r.status_message + ")", r.rows.size(), r.cases_done,
+                     r.version, r.git_sha.substr(0, 12), r.started);
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  for (const std::string& x : scenarios::split_values(s, false)) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int cmd_report(const Args& args) {
+  po::options_description desc("fp8moe report options");
+  desc.add_options()("help,h", "show this help")
+      ("file", po::value<std::string>(), "a sweep result file")
+      ("format", po::value<std::string>()->default_value("table"), "table, csv or markdown")
+      ("group-by", po::value<std::string>()->default_value(""), "summarise per group of these columns, e.g. plan,pass")
+      ("columns", po::value<std::string>()->default_value(""), "rows: show these columns of the cases table instead");
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe report FILE [--format table|csv|markdown] [--group-by KEYS]", &pos)) return 0;
+  if (!vm.count("file")) fail("give the sweep file to report on: fp8moe report FILE");
+  const sim::TableFormat tf = sim::parse_table_format(vm["format"].as<std::string>());
+  const Run run = load(vm["file"].as<std::string>());
+  if (tf != sim::TableFormat::csv) fmt::print("# {}\n", describe(run));
+  const std::vector<std::string> keys = split_commas(vm["group-by"].as<std::string>());
+  if (keys.empty()) {
+    std::vector<sim::Column> cols;
+    const auto names = split_commas(vm["columns"].as<std::string>());
+    if (names.empty()) {
+      cols = sim::sweep_columns();
+    } else {
+      for (const auto& n : names) cols.push_back(sim::field_column(n));
+    }
+    fmt::print("{}", sim::format_rows(run.rows, cols, tf));
+    return 0;
+  }
+  for (const auto& k : keys) (void)sim::field_column(k);  // unknown names fail here
+  std::map<std::vector<std::string>, std::vector<const CaseRow*>> groups;
+  for (const CaseRow& r : run.rows) {
+    std::vector<std::string> g;
+    for (const auto& k : keys) g.push_back(results::column_text(r, k).value_or(""));
+    groups[g].push_back(&r);
+  }
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> head = keys;
+  for (const char* h : {"rows", "min_sqnr_hp64", "median_sqnr_hp64", "max_sqnr_hp64", "min_sqnr_single", "bitwise_rows",
+                        "not_ok"}) {
+    head.emplace_back(h);
+  }
+  cells.push_back(head);
+  for (const auto& [g, rows] : groups) {
+    std::vector<double> db, single;
+    int bitwise = 0, bad = 0;
+    for (const CaseRow* r : rows) {
+      db.push_back(r->sqnr_db);
+      single.push_back(r->sqnr_vs_single_db);
+      if (std::isinf(r->sqnr_vs_single_db) && r->sqnr_vs_single_db > 0) ++bitwise;
+      if (r->status != "ok") ++bad;
+    }
+    std::vector<std::string> row = g;
+    row.push_back(std::to_string(rows.size()));
+    row.push_back(format_db(*std::min_element(db.begin(), db.end())));
+    row.push_back(format_db(median(db)));
+    row.push_back(format_db(*std::max_element(db.begin(), db.end())));
+    row.push_back(format_db(*std::min_element(single.begin(), single.end())));
+    row.push_back(std::to_string(bitwise));
+    row.push_back(std::to_string(bad));
+    cells.push_back(std::move(row));
+  }
+  std::vector<bool> numeric(keys.size(), false);
+  numeric.resize(head.size(), true);
+  fmt::print("{}", sim::format_cells(cells, tf, numeric));
+  return 0;
+}
+
+int cmd_compare(const Args& args) {
+  po::options_description desc("fp8moe compare options");
+  desc.add_options()("help,h", "show this help")
+      ("files", po::value<std::vector<std::string>>()->multitoken(), "two sweep files: A (before) and B (after)")
+      ("format", po::value<std::string>()->default_value("table"), "table, csv or markdown")
+      ("threshold", po::value<double>()->default_value(0.5), "a drop of more than this many dB is a regression")
+      ("all", po::bool_switch(), "list every matched row, not only the changed ones")
+      ("identical", po::bool_switch(), "exit 1 unless both runs hold the same rows with identical metrics");
+  po::positional_options_description pos;
+  pos.add("files", 2);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe compare A.h5 B.h5 [--threshold DB] [--format table|csv|markdown] [--all] [--identical]", &pos)) {
+    return 0;
+  }
+  const auto files = vm.count("files") ? vm["files"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (files.size() != 2) fail("give two sweep files: fp8moe compare A.h5 B.h5");
+  const sim::TableFormat tf = sim::parse_table_format(vm["format"].as<std::string>());
+  const double thr = vm["threshold"].as<double>();
+  const Run a = load(files[0]), b = load(files[1]);
+  // Two runs on different backends (e.g. the CPU reference and cuda-simt) compare case by case.
+  std::set<std::string> backends_a, backends_b;
+  for (const CaseRow& r : a.rows) backends_a.insert(r.backend);
+  for (const CaseRow& r : b.rows) backends_b.insert(r.backend);
+  const bool by_backend = backends_a == backends_b;
+  std::map<std::string, const CaseRow*> in_b;
+  for (const CaseRow& r : b.rows) in_b[sim::row_identity(r, by_backend)] = &r;
+  std::vector<std::vector<std::string>> cells{{"case", "scenario", "mesh", "plan", "pass", "tensor", "mode", "sqnr_A",
+                                               "sqnr_B", "delta_dB", "single_A", "single_B", "bitwise", "verdict"}};
+  int matched = 0, only_a = 0, worse = 0, better = 0, lost = 0, gained = 0, changed_bits = 0;
+  std::set<std::string> seen;
+  for (const CaseRow& ra : a.rows) {
+    const auto it = in_b.find(sim::row_identity(ra, by_backend));
+    if (it == in_b.end()) {
+      ++only_a;
+      continue;
+    }
+    seen.insert(it->first);
+    const CaseRow& rb = *it->second;
+    ++matched;
+    const bool bit_a = std::isinf(ra.sqnr_vs_single_db) && ra.sqnr_vs_single_db > 0;
+    const bool bit_b = std::isinf(rb.sqnr_vs_single_db) && rb.sqnr_vs_single_db > 0;
+    const double d = (std::isinf(ra.sqnr_db) && std::isinf(rb.sqnr_db)) ? 0.0 : rb.sqnr_db - ra.sqnr_db;
+    std::string bitwise = bit_a == bit_b ? (bit_a ? "kept" : "-") : (bit_a ? "LOST" : "gained");
+    std::string verdict = "same";
+    if (bit_a && !bit_b) ++lost;
+    if (!bit_a && bit_b) ++gained;
+    // Every metric the same (NaN equal to NaN: an error row that errs alike is unchanged).
+    auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+    const bool identical = same(ra.sqnr_db, rb.sqnr_db) && same(ra.sqnr_vs_single_db, rb.sqnr_vs_single_db) &&
+                           same(ra.bitwise_equal_frac, rb.bitwise_equal_frac) && same(ra.rel_err, rb.rel_err) &&
+                           same(ra.max_abs_err, rb.max_abs_err) && same(ra.max_ulp, rb.max_ulp) &&
+                           ra.status == rb.status && ra.comm_bytes == rb.comm_bytes;
+    if (!identical) ++changed_bits;
+    if (!(d >= -thr) || (bit_a && !bit_b)) {
+      verdict = "REGRESSION";
+      ++worse;
+    } else if (d > thr) {
+      verdict = "better";
+      ++better;
+    } else if (!identical) {
+      verdict = "changed";
+    }
+    if (!vm["all"].as<bool>() && verdict == "same") continue;
+    cells.push_back({std::to_string(ra.case_id), ra.scenario, ra.mesh, ra.level == "op" ? ra.placements : ra.plan, ra.pass,
+                     ra.tensor, ra.mode, format_db(ra.sqnr_db), format_db(rb.sqnr_db), format_db(d),
+                     format_db(ra.sqnr_vs_single_db), format_db(rb.sqnr_vs_single_db), bitwise, verdict});
+  }
+  const int only_b = static_cast<int>(b.rows.size()) - static_cast<int>(seen.size());
+  if (tf != sim::TableFormat::csv) {
+    fmt::print("# A = {}\n# B = {}\n", describe(a), describe(b));
+  }
+  std::vector<bool> numeric{true, false, false, false, false, false, false, true, true, true, true, true, false, false};
+  if (cells.size() > 1) fmt::print("{}", sim::format_cells(cells, tf, numeric));
+  if (tf != sim::TableFormat::csv) {
+    fmt::print("# compare: {} rows matched ({} identical), {} only in A, {} only in B; {} regressions (> {} dB or "
+               "bitwise lost), {} better; bitwise lost {}, gained {}\n",
+               matched, matched - changed_bits, only_a, only_b, worse, thr, better, lost, gained);
+  }
+  if (vm["identical"].as<bool>() && (changed_bits || only_a || only_b)) {
+    fmt::print(stderr, "compare --identical: {} rows differ, {} only in A, {} only in B\n", changed_bits, only_a, only_b);
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_gate(const Args& args) {
+  po::options_description desc("fp8moe gate options");
+  desc.add_options()("help,h", "show this help")
+      ("file", po::value<std::string>(), "a sweep result file")
+      ("gates", po::value<std::string>(), "a gates file (default: the built-in scenarios/gates.ini)")
+      ("baseline", po::value<std::string>(), "a baseline sweep file: no row may drop more than --max-drop dB")
+      ("max-drop", po::value<double>()->default_value(0.5), "allowed drop against the baseline, dB");
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe gate FILE [--gates FILE] [--baseline FILE] [--max-drop DB]", &pos)) return 0;
+  if (!vm.count("file")) fail("give the sweep file to gate: fp8moe gate FILE");
+  std::vector<sim::Gate> gates;
+  if (vm.count("gates")) {
+    const std::string path = vm["gates"].as<std::string>();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot read gates file '", path, "': check the path (the shipped one is scenarios/gates.ini)");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    gates = sim::parse_gates(ss.str(), path);
+  } else {
+    gates = sim::parse_gates(scenarios::embedded_default_gates(), "gates.ini");
+  }
+  const double max_drop = vm["max-drop"].as<double>();
+  if (!(max_drop >= 0)) fail("--max-drop must be >= 0 dB, got ", max_drop);
+  const Run run = load(vm["file"].as<std::string>());
+  std::optional<Run> base;
+  if (vm.count("baseline")) base = load(vm["baseline"].as<std::string>());
+  fmt::print("# gate {}\n", describe(run));
+  sim::GateReport rep = sim::check_gates(run.rows, gates);
+  if (base) sim::check_baseline(run.rows, base->rows, max_drop, rep);
+  bool incomplete = run.status != "complete";
+  for (const sim::GateFailure& f : rep.failures) {
+    fmt::print("FAIL {}: {}: {}\n", f.gate, sim::row_label(*f.row), f.message);
+  }
+  if (incomplete) {
+    fmt::print("FAIL status: the sweep is {} ({} of {} cases): finish it with fp8moe sweep --resume {}\n", run.status,
+               run.cases_done, run.cases_total, run.path);
+  }
+  const bool ok = rep.failures.empty() && !incomplete;
+  fmt::print("# gate: {} rows, {} under a gate, {} checks against {} gates{}: {} failures -> {}\n", rep.rows,
+             rep.rows_gated, rep.checks, gates.size(),
+             base ? fmt::format(" and the baseline {} (max drop {} dB)", base->path, max_drop) : std::string(),
+             rep.failures.size() + (incomplete ? 1 : 0), ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace fp8moe::cli

@@ -1,0 +1,89 @@
+// `fp8moe sweep` and `fp8moe list`: scenario files in, a table and an HDF5 file out
+// (sim/sweep/sweep.hpp does the work).
+#include <fmt/core.h>
+
+#include "reference/error.hpp"
+#include "sim/cli/command.hpp"
+#include "sim/comm/runtime.hpp"
+#include "sim/sweep/sweep.hpp"
+
+#include <tuple>
+
+namespace fp8moe::cli {
+
+namespace {
+std::string join_args(const char* cmd, const Args& args) {
+  std::string s = std::string("fp8moe ") + cmd;
+  for (const std::string& a : args) s += " " + a;
+  return s;
+}
+}  // namespace
+
+int cmd_sweep(const Args& args) {
+  po::options_description desc("fp8moe sweep options");
+  desc.add_options()("help,h", "show this help")
+      ("files", po::value<std::vector<std::string>>()->multitoken(), "scenario files (default: the built-in default)")
+      ("only", po::value<std::string>()->default_value(""), "run only cases whose scenario name matches this glob, "
+       "or whose case key contains it (e.g. 'tp_*' or 'mesh=dp=2,tp=2')")
+      ("backend", po::value<std::string>()->default_value(""), "run every case on this backend (reference, cuda-simt, cuda-cublaslt)")
+      ("out,o", po::value<std::string>()->default_value(""), "result file (default results/runs/<first file's name>.h5)")
+      ("resume", po::value<std::string>(), "finish an interrupted or killed sweep FILE: runs only its missing cases")
+      ("force", po::bool_switch(), "overwrite an existing --out file")
+      ("save-blocks", po::bool_switch(), "write per-tile error maps and per-block scale stats under /blocks")
+      ("save-tensors", po::bool_switch(), "write every case's inputs and outputs under /tensors")
+      ("quiet,q", po::bool_switch(), "no progress on stderr")
+      ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)")
+      ("mesh", po::value<std::string>()->default_value("fake"), "how ranks run: fake (every rank in this process), "
+       "fake-gpu (every rank on one GPU), mpi (one process per rank under mpirun), nccl (one GPU per rank)")
+      ("timeout", po::value<double>()->default_value(600), "seconds a collective may take before the run ends (mpi, nccl)")
+      ("shard", po::value<std::string>(), "run the I-th of N disjoint slices of the cases, I/N (fp8moe merge joins them)");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe sweep [FILE...] [--only PATTERN] [--backend B] [--out FILE] [--resume FILE] "
+             "[--save-blocks] [--save-tensors] [--threads N] [--mesh fake|fake-gpu|mpi|nccl] [--shard I/N]", &pos)) {
+    return 0;
+  }
+  set_threads(vm["threads"].as<int>());
+  sim::SweepOptions o;
+  if (vm.count("files")) o.files = vm["files"].as<std::vector<std::string>>();
+  o.only = vm["only"].as<std::string>();
+  o.backend = vm["backend"].as<std::string>();
+  o.out = vm["out"].as<std::string>();
+  if (vm.count("resume")) {
+    o.resume = vm["resume"].as<std::string>();
+    if (!o.files.empty() || !o.only.empty() || !o.backend.empty() || !o.out.empty() || vm["save-blocks"].as<bool>() ||
+        vm["save-tensors"].as<bool>() || vm.count("shard")) {
+      fail("--resume takes its scenarios and options from the file: give it alone (with --threads, --quiet, --mesh ",
+           "and --timeout at most)");
+    }
+  }
+  o.force = vm["force"].as<bool>();
+  o.save_blocks = vm["save-blocks"].as<bool>();
+  o.save_tensors = vm["save-tensors"].as<bool>();
+  o.quiet = vm["quiet"].as<bool>();
+  o.argv = join_args("sweep", args);
+  o.mesh = vm["mesh"].as<std::string>();
+  (void)sim::parse_mesh_kind(o.mesh);  // a bad --mesh is named before anything runs
+  o.timeout_s = vm["timeout"].as<double>();
+  if (!(o.timeout_s > 0)) fail("--timeout must be > 0 seconds, got ", o.timeout_s);
+  if (vm.count("shard")) std::tie(o.shard_index, o.shard_count) = sim::parse_shard(vm["shard"].as<std::string>());
+  return sim::run_sweep(o);
+}
+
+int cmd_list(const Args& args) {
+  po::options_description desc("fp8moe list options");
+  desc.add_options()("help,h", "show this help")
+      ("files", po::value<std::vector<std::string>>()->multitoken(), "scenario files (default: the built-in default)")
+      ("only", po::value<std::string>()->default_value(""), "as for sweep")
+      ("backend", po::value<std::string>()->default_value(""), "as for sweep");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe list [FILE...] [--only PATTERN] [--backend B]", &pos)) return 0;
+  std::vector<std::string> files;
+  if (vm.count("files")) files = vm["files"].as<std::vector<std::string>>();
+  return sim::list_cases(files, vm["only"].as<std::string>(), vm["backend"].as<std::string>());
+}
+
+}  // namespace fp8moe::cli

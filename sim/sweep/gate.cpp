@@ -1,0 +1,163 @@
+#include "sim/sweep/gate.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "reference/error.hpp"
+#include "scenarios/expand.hpp"
+#include "scenarios/scenario.hpp"
+#include "sim/sweep/table.hpp"
+
+namespace fp8moe::sim {
+
+using results::CaseRow;
+
+std::vector<Gate> parse_gates(const std::string& text, const std::string& path) {
+  std::vector<Gate> gates;
+  const auto& cols = results::case_columns();
+  for (const scenarios::IniSection& s : scenarios::parse_ini(text, path)) {
+    if (s.name.rfind("gate.", 0) != 0 || s.name.size() == 5) {
+      fail(s.file, ":", s.line, ": unknown section [", s.name, "]: a gates file holds [gate.NAME] sections");
+    }
+    Gate g;
+    g.name = s.name.substr(5);
+    g.where = cat(s.file, ":", s.line);
+    bool has_min = false;
+    for (const auto& [key, v] : s.items) {
+      if (key == "description") {
+        g.description = v.text;
+      } else if (key == "expect") {
+        if (v.text != "bitwise") fail(v.where(), ": expect = ", v.text, ": the only expectation is bitwise (or give metric and min_db)");
+        g.expect_bitwise = true;
+      } else if (key == "metric") {
+        if (v.text != "sqnr_db" && v.text != "sqnr_vs_single_db") {
+          fail(v.where(), ": metric = ", v.text, ": use sqnr_db (vs hp64) or sqnr_vs_single_db (vs single device)");
+        }
+        g.metric = v.text;
+      } else if (key == "min_db") {
+        std::size_t used = 0;
+        try {
+          g.min_db = std::stod(v.text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.text.size() || !std::isfinite(g.min_db)) fail(v.where(), ": min_db = ", v.text, ": give a number of dB");
+        has_min = true;
+      } else if (std::find(cols.begin(), cols.end(), key) != cols.end()) {
+        GateMatch m{key, {}, {}};
+        for (const std::string& item : scenarios::split_values(v.text, /*tuple=*/true)) {
+          if (item.empty()) fail(v.where(), ": ", key, " has an empty entry");
+          (item.front() == '!' ? m.none_of : m.any_of).push_back(item.front() == '!' ? item.substr(1) : item);
+        }
+        g.match.push_back(std::move(m));
+      } else {
+        std::vector<std::string> known = cols;
+        for (const char* k : {"description", "expect", "metric", "min_db"}) known.emplace_back(k);
+        const std::string near = scenarios::nearest(key, known);
+        fail(v.where(), ": unknown key '", key, "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
+             ": a gate takes description, expect, metric, min_db and columns of the cases table");
+      }
+    }
+    if (g.expect_bitwise == (!g.metric.empty() || has_min)) {
+      fail(g.where, ": gate ", g.name, ": give either expect = bitwise or metric and min_db");
+    }
+    if (!g.expect_bitwise && (g.metric.empty() || !has_min)) fail(g.where, ": gate ", g.name, ": give both metric and min_db");
+    gates.push_back(std::move(g));
+  }
+  return gates;
+}
+
+bool gate_matches(const Gate& g, const CaseRow& r) {
+  for (const GateMatch& m : g.match) {
+    const std::string v = results::column_text(r, m.column).value_or("");
+    if (!m.any_of.empty() && std::none_of(m.any_of.begin(), m.any_of.end(),
+                                          [&](const std::string& p) { return scenarios::glob_match(p, v); })) {
+      return false;
+    }
+    if (std::any_of(m.none_of.begin(), m.none_of.end(), [&](const std::string& p) { return scenarios::glob_match(p, v); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string row_label(const CaseRow& r) {
+  return fmt::format("case {} [{}] {} {} {} {} {} {} {}", r.case_id, r.scenario, r.level, r.mesh,
+                     r.level == "op" ? r.placements : r.plan, r.pass, r.tensor, r.mode, r.backend);
+}
+
+std::string row_identity(const CaseRow& r, bool with_backend) {
+  std::string key = r.case_key;
+  if (!with_backend) {
+    const std::string field = " backend=" + r.backend;
+    if (const auto at = key.find(field); at != std::string::npos) key.erase(at, field.size());
+  }
+  return key + "|" + r.pass + "|" + r.tensor;
+}
+
+GateReport check_gates(const std::vector<CaseRow>& rows, const std::vector<Gate>& gates) {
+  GateReport rep;
+  rep.rows = rows.size();
+  for (const CaseRow& r : rows) {
+    if (r.status == "error") {
+      rep.failures.push_back({&r, "status", "the case failed to run: " + r.message});
+      continue;
+    }
+    bool gated = false;
+    for (const Gate& g : gates) {
+      if (!gate_matches(g, r)) continue;
+      gated = true;
+      ++rep.checks;
+      if (g.expect_bitwise) {
+        if (!(r.bitwise_equal_frac == 1.0 && std::isinf(r.sqnr_vs_single_db) && r.sqnr_vs_single_db > 0)) {
+          rep.failures.push_back({&r, g.name, fmt::format("expected bitwise equal to the single device, got {:.4f} of "
+                                                          "elements equal, sqnr_vs_single {} dB ({})",
+                                                          r.bitwise_equal_frac, format_db(r.sqnr_vs_single_db),
+                                                          g.description)});
+        }
+      } else {
+        const double v = g.metric == "sqnr_db" ? r.sqnr_db : r.sqnr_vs_single_db;
+        if (!(v >= g.min_db)) {  // NaN fails
+          rep.failures.push_back({&r, g.name, fmt::format("{} = {} dB, below the floor {} dB ({})", g.metric, format_db(v),
+                                                          format_db(g.min_db), g.description)});
+        }
+      }
+    }
+    if (gated) ++rep.rows_gated;
+  }
+  return rep;
+}
+
+void check_baseline(const std::vector<CaseRow>& rows, const std::vector<CaseRow>& baseline, double max_drop,
+                    GateReport& rep) {
+  std::map<std::string, const CaseRow*> now;
+  for (const CaseRow& r : rows) now[row_identity(r)] = &r;
+  for (const CaseRow& b : baseline) {
+    const auto it = now.find(row_identity(b));
+    ++rep.checks;
+    if (it == now.end()) {
+      rep.failures.push_back({&b, "baseline", "this baseline row is missing from the run"});
+      continue;
+    }
+    const CaseRow& r = *it->second;
+    for (const auto& [name, old_v, new_v] : {std::tuple{"sqnr_db", b.sqnr_db, r.sqnr_db},
+                                            std::tuple{"sqnr_vs_single_db", b.sqnr_vs_single_db, r.sqnr_vs_single_db}}) {
+      if (std::isnan(old_v)) continue;
+      if (std::isinf(old_v) && old_v > 0) {
+        if (!(std::isinf(new_v) && new_v > 0)) {
+          rep.failures.push_back({&r, "baseline", fmt::format("{} was bitwise (inf) in the baseline, now {} dB", name, format_db(new_v))});
+        }
+        continue;
+      }
+      if (!(new_v >= old_v - max_drop)) {
+        rep.failures.push_back({&r, "baseline", fmt::format("{} dropped from {} to {} dB (more than {} dB)", name,
+                                                            format_db(old_v), format_db(new_v), max_drop)});
+      }
+    }
+  }
+}
+
+}  // namespace fp8moe::sim
