@@ -31,6 +31,12 @@ void Communicator::reset_stats() {
   stats_.bytes_sent.assign(static_cast<std::size_t>(mesh_.world()), 0);
 }
 
+void check_comm_mesh(const Communicator& comm, const Mesh& mesh) {
+  if (comm.mesh().str() != mesh.str()) {
+    fail("communicator ", comm.name(), " runs mesh ", comm.mesh().str(), " but the case needs mesh ", mesh.str());
+  }
+}
+
 void reduce_chunk(const float* const* in, int n, int owner, std::int64_t count, const ReduceOptions& opt, float* out) {
   const bool bf = opt.dtype == ReduceDtype::bf16;
   auto member = [&](int step) {  // the member added at `step`

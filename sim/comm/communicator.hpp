@@ -71,6 +71,10 @@ class Communicator {
   CommStats stats_;
 };
 
+// Throws unless comm runs `mesh` (same dims and sizes): a runner given a communicator for
+// another mesh would pair the wrong ranks.
+void check_comm_mesh(const Communicator& comm, const Mesh& mesh);
+
 // The deterministic reduction both fake communicators (CPU and GPU) and the tests share:
 // out[k] = reduce over members of in[m][k], in the order the options name, for the chunk owned by
 // member `owner` (its ring position). `n` members, `count` values each.
