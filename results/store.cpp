@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 
 #include "results/h5_detail.hpp"
@@ -173,7 +174,10 @@ std::string case_group_name(std::int64_t case_id) {
 }
 
 SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance, std::int64_t cases_total) {
-  SweepWriter w(h5::File::create(path));
+  // Built as PATH.tmp and renamed once its header is flushed: a kill during creation leaves no
+  // half-made PATH (the open file follows the rename).
+  const std::string tmp = path + ".tmp";
+  SweepWriter w(h5::File::create(tmp));
   h5::File& f = w.file_;
   f.set_attr("format", kFormatTag);
   f.set_attr("schema_version", kSchemaVersion);
@@ -193,6 +197,9 @@ SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance
   h5::Handle ds = own(H5Dcreate2(f.id(), kTable, ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                       H5Dclose, "cannot create the cases table", path, "H5Dcreate2");
   f.flush();
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail("cannot rename '", tmp, "' to '", path, "': ", ec.message());
   return w;
 }
 
@@ -266,6 +273,16 @@ void SweepWriter::commit(const std::vector<CaseRow>& rows) {
   file_.set_attr("rows_committed", committed_);
   file_.set_attr("cases_done", static_cast<std::int64_t>(ids.size()));
   file_.flush();
+}
+
+void SweepWriter::copy_group(const h5::File& src, const std::string& path) {
+  const auto slash = path.find('/', 1);
+  if (path.empty() || path[0] != '/' || slash == std::string::npos) fail("copy_group: '", path, "' is not /kind/name");
+  const std::string kind = path.substr(1, slash - 1);
+  if (!file_.is_group(kind)) (void)file_.create_group(kind);
+  if (file_.exists(path.substr(1))) fail("'", file_.file(), "' has ", path, " already: two inputs hold the same case");
+  check(H5Ocopy(src.id(), path.c_str(), file_.id(), path.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+        cat("cannot copy ", path, " from '", src.file(), "'"), file_.file(), "H5Ocopy");
 }
 
 void SweepWriter::finish(const std::string& status, const std::string& message) {

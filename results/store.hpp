@@ -72,6 +72,9 @@ class SweepWriter {
   // The final word: status (complete, interrupted, failed) and its message; flushes and closes.
   void finish(const std::string& status, const std::string& message);
   h5::File& file() { return file_; }
+  // Copies group `path` (e.g. "/blocks/case_000012") with everything under it from `src`
+  // (H5Ocopy), creating its parent group here; for fp8moe merge.
+  void copy_group(const h5::File& src, const std::string& path);
 
  private:
   explicit SweepWriter(h5::File f) : file_(std::move(f)) {}

@@ -5,6 +5,7 @@
 #include "reference/error.hpp"
 #include "sim/cli/command.hpp"
 #include "sim/comm/runtime.hpp"
+#include "sim/sweep/merge.hpp"
 #include "sim/sweep/sweep.hpp"
 
 #include <tuple>
@@ -69,6 +70,25 @@ int cmd_sweep(const Args& args) {
   if (!(o.timeout_s > 0)) fail("--timeout must be > 0 seconds, got ", o.timeout_s);
   if (vm.count("shard")) std::tie(o.shard_index, o.shard_count) = sim::parse_shard(vm["shard"].as<std::string>());
   return sim::run_sweep(o);
+}
+
+int cmd_merge(const Args& args) {
+  po::options_description desc("fp8moe merge options");
+  desc.add_options()("help,h", "show this help")
+      ("files", po::value<std::vector<std::string>>()->multitoken(), "OUT then the shard files")
+      ("force", po::bool_switch(), "overwrite an existing OUT")
+      ("allow-missing", po::bool_switch(), "merge even when some shards of the sweep are not given");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe merge OUT.h5 IN.h5... [--force] [--allow-missing]", &pos)) return 0;
+  auto files = vm.count("files") ? vm["files"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (files.size() < 2) fail("give the output and at least one input: fp8moe merge OUT.h5 shard0.h5 shard1.h5 ...");
+  const std::string out = files.front();
+  files.erase(files.begin());
+  const std::int64_t rows = sim::merge_sweeps(out, files, vm["force"].as<bool>(), vm["allow-missing"].as<bool>());
+  fmt::print("# merged {} files, {} rows -> {}\n", files.size(), rows, out);
+  return 0;
 }
 
 int cmd_list(const Args& args) {

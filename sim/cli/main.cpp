@@ -52,6 +52,7 @@ constexpr Command kCommands[] = {
     {"report", cmd_report, "print a sweep file's results as a table, CSV or Markdown, optionally grouped"},
     {"compare", cmd_compare, "per-case dB and bitwise changes between two sweep files"},
     {"gate", cmd_gate, "check a sweep file against floors, bitwise identities and a baseline (CI)"},
+    {"merge", cmd_merge, "join the result files of a sharded sweep (--shard I/N) into one"},
     {"gemm", cmd_gemm, "run the fwd/dgrad/wgrad grouped passes in every arithmetic mode and print metrics"},
     {"run", cmd_run, "run one placement scenario on a fake mesh (op or layer level) and print its diagnostics"},
     {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},

@@ -121,8 +121,9 @@ GateReport check_gates(const std::vector<CaseRow>& rows, const std::vector<Gate>
       } else {
         const double v = g.metric == "sqnr_db" ? r.sqnr_db : r.sqnr_vs_single_db;
         if (!(v >= g.min_db)) {  // NaN fails
-          rep.failures.push_back({&r, g.name, fmt::format("{} = {} dB, below the floor {} dB ({})", g.metric, format_db(v),
-                                                          format_db(g.min_db), g.description)});
+          rep.failures.push_back({&r, g.name, fmt::format("{} = {} dB, below the floor {} dB{}", g.metric, format_db(v),
+                                                          format_db(g.min_db),
+                                                          g.description.empty() ? "" : " (" + g.description + ")")});
         }
       }
     }
