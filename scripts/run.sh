@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install dependencies, build, and run fp8moe on the built-in
-# default (torchao's padded op-level case, every pass and mode). Arguments are passed to
-# `fp8moe gemm`.
+# The main job on a fresh machine: install dependencies, build, and run the default sweep
+# (scenarios/default.ini, compiled in): every placement scenario's SQNR for fwd, dgrad and wgrad
+# as a table on stdout and in results/runs/default.h5. Arguments are passed to `fp8moe sweep`
+# (e.g. scripts/run.sh scenarios/torchao.ini).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-exec build/bin/fp8moe gemm "$@"
+exec build/bin/fp8moe sweep --force "$@"

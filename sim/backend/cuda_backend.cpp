@@ -1,13 +1,16 @@
 // The CUDA backends cuda-simt and cuda-cublaslt (see cuda_backend.hpp for what each computes).
-// First version: host tensors at op boundaries. Every op checks its device-memory estimate before
-// it allocates (kernels::require_device_memory), uploads, computes, downloads.
-//
-// Not yet here (issue 5): a GPU fake communicator with device-resident shards and collectives as
-// device copies/reductions; sim/ runs its FakeCommunicator on the host tensors between ops.
+// Host tensors at op boundaries. Every op checks its device-memory estimate before it allocates
+// (kernels::require_device_memory), uploads, computes, downloads; a case's estimate
+// (cuda_case_device_bytes) is built from the same per-pass formula, pass_bytes.
 #include "sim/backend/cuda_backend.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 
 #include "kernels/check.hpp"
 #include "kernels/cublaslt_grouped.hpp"
@@ -83,11 +86,20 @@ void check_weight(const char* pass, const TensorF& W, std::span<const std::int32
   }
 }
 
-// Device bytes of a pass: fp32 inputs, fp8 codes (+1/128 scales, rounded up), and the output.
-std::size_t estimate(std::int64_t in_elems, bool quantized, std::int64_t out_elems, std::size_t out_bytes) {
-  const std::int64_t q = quantized ? in_elems + in_elems / 16 + (1 << 20) : 0;
-  return static_cast<std::size_t>(in_elems * 4 + q + out_elems * static_cast<std::int64_t>(out_bytes));
+// Device bytes of one op: fp32 inputs, fp8 codes (+1/16 for the scales and 1 MiB of slack when
+// quantized), and the output. In double so that an absurd shape saturates instead of wrapping.
+double pass_bytes(double in_elems, bool quantized, double out_elems, double out_bytes) {
+  const double q = quantized ? in_elems + in_elems / 16 + (1 << 20) : 0;
+  return in_elems * 4 + q + out_elems * out_bytes;
 }
+std::size_t to_bytes(double b) {
+  constexpr auto kMax = std::numeric_limits<std::size_t>::max();
+  return b >= static_cast<double>(kMax) ? kMax : static_cast<std::size_t>(std::ceil(b));
+}
+std::size_t sat_add(std::size_t a, std::size_t b) {
+  return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+}
+std::string gib(std::size_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30)); }
 
 class CudaBackend final : public Backend {
  public:
@@ -97,7 +109,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
 
   Quantized quantize(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) override {
-    kernels::require_device_memory(x.numel() * 5 + x.numel() / 16 + (1 << 20),
+    kernels::require_device_memory(to_bytes(pass_bytes(static_cast<double>(x.numel()), true, 0, 0)),
                                    cat(name_, " quantize ", recipe_name(r), " ", shape_str(x.shape)));
     const DeviceBuffer<float> dx(x.data);
     return kernels::quantize<float>(r, dx.get(), x.shape, offs, opt).to_host();
@@ -206,7 +218,8 @@ class CudaBackend final : public Backend {
     const std::int64_t K = W_q ? (p == Pass::fwd ? W_q->codes.dim(2) : W_q->codes.dim(1)) : W.dim(2);
     const std::int64_t cols = p == Pass::fwd ? N : K;
     const bool hp = opt.mode == Mode::hp64;
-    kernels::require_device_memory(estimate(M * C + E * N * K, !hp, M * cols, hp ? 8 : 4),
+    kernels::require_device_memory(to_bytes(pass_bytes(static_cast<double>(M * C + E * N * K), !hp,
+                                                       static_cast<double>(M * cols), hp ? 8 : 4)),
                                    cat(name_, " ", shape_of(pass_name(p), E, M, N, K)));
     check_offsets(offs, M);
     const DeviceBuffer<float> da(act.data);
@@ -245,7 +258,8 @@ class CudaBackend final : public Backend {
   TensorD run_wgrad(const TensorF& dOut, const TensorF& A, std::span<const std::int32_t> offs, const GemmOptions& opt) {
     const std::int64_t M = dOut.dim(0), N = dOut.dim(1), K = A.dim(1), E = static_cast<std::int64_t>(offs.size());
     const bool hp = opt.mode == Mode::hp64;
-    kernels::require_device_memory(estimate(M * (N + K), !hp, E * N * K, hp ? 8 : 4),
+    kernels::require_device_memory(to_bytes(pass_bytes(static_cast<double>(M * (N + K)), !hp,
+                                                       static_cast<double>(E * N * K), hp ? 8 : 4)),
                                    cat(name_, " ", shape_of("wgrad", E, M, N, K)));
     const DeviceBuffer<float> dg(dOut.data), da(A.data);
     if (hp) {
@@ -290,6 +304,69 @@ std::string cuda_backend_unsupported(const std::string& name, const GemmOptions&
     return kernels::cublaslt_unsupported(opt.quant, opt.out);
   }
   fail("unknown CUDA backend '", name, "'");
+}
+
+std::size_t CudaCaseBytes::total() const { return sat_add(sat_add(op, fixed), comm); }
+
+CudaCaseBytes cuda_case_device_bytes(const std::string& backend, const CudaCaseShape& s) {
+  if (backend != kSimt && backend != kLt) fail("unknown CUDA backend '", backend, "': this build has cuda-simt, cuda-cublaslt");
+  const double B = std::max(1, s.gemm.quant.block);
+  const double E = static_cast<double>(std::max<std::int64_t>(s.experts, 1));
+  const bool q = is_quantized(s.gemm.mode);
+  // Rows: every expert's group padded to the block (a rank pads its own groups) and to cuBLASLt's
+  // row multiple; feature dims: rounded up to the block.
+  const double M = static_cast<double>(s.tokens) + E * (B + kernels::kLtRowMultiple);
+  auto feat = [&](std::int64_t x) { return std::ceil(static_cast<double>(x) / B) * B; };
+  double op = 0, in_max = 0;
+  auto pass = [&](double in, double out) {  // the case's mode and the hp64 reference run
+    op = std::max({op, q ? pass_bytes(in, true, out, 4) : 0.0, pass_bytes(in, false, out, 8)});
+    in_max = std::max(in_max, in);
+  };
+  double largest = 0;  // elements of the largest tensor a collective moves (unpadded)
+  const double tok = static_cast<double>(s.tokens);
+  if (!s.layer) {
+    const double N = feat(s.n), K = feat(s.k);
+    switch (s.pass) {
+      case Pass::fwd: pass(M * K + E * N * K, M * N); break;
+      case Pass::dgrad: pass(M * N + E * N * K, M * K); break;
+      case Pass::wgrad: pass(M * (N + K), E * N * K); break;
+    }
+    const double n = static_cast<double>(s.n), k = static_cast<double>(s.k);
+    largest = std::max({tok * n, tok * k, E * n * k});
+  } else {
+    const double D = feat(s.dim), H = feat(s.hidden), F = std::max(D, H);
+    pass(M * F + E * H * D, M * F);  // fwd x.W1^T, h.W2^T; dgrad dy.W2, dh.W1 (and W3)
+    pass(M * (D + H), E * H * D);    // wgrad dW1, dW2, dW3
+    const double d = static_cast<double>(s.dim), h = static_cast<double>(s.hidden);
+    largest = std::max({tok * d, tok * h, E * h * d});
+  }
+  CudaCaseBytes b;
+  b.op = to_bytes(op);
+  // CublasLtGrouped: its 32 MiB workspace and two relaid scale buffers (the scales are 1/32 of an
+  // operand's fp32 bytes before the K-block padding; 4x that is kept as the bound).
+  if (backend == kLt) b.fixed = to_bytes(32.0 * (1 << 20) + in_max / 8);
+  if (s.fake_gpu && s.world > 1) {
+    const double w = s.world;
+    // (members + 1) fp32 images; per-image 256-byte alignment (at most 2 w^2 + 8 images), the
+    // reduction tables and the arena's 1 MiB rounding.
+    b.comm = to_bytes((w + 1) * largest * 4 + 256 * (2 * w * w + 8) + 48 * w + (1 << 20));
+  }
+  return b;
+}
+
+void require_cuda_case_memory(const std::string& backend, const CudaCaseShape& s, const std::string& what) {
+  const CudaCaseBytes b = cuda_case_device_bytes(backend, s);
+  if (kernels::cuda_device_count() == 0) {
+    fail(what, ": backend ", backend, " needs a CUDA device, but cudaGetDeviceCount found none");
+  }
+  std::size_t free_b = 0, total_b = 0;
+  FP8MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), what);
+  if (b.total() > free_b) {
+    fail(what, " on ", backend, " needs an estimated ", b.total(), " bytes (", gib(b.total()),
+         ") of device memory: largest op ", gib(b.op), ", backend buffers ", gib(b.fixed), ", fake-gpu staging ",
+         gib(b.comm), "; cudaMemGetInfo reports ", free_b, " bytes (", gib(free_b), ") free of ", gib(total_b),
+         ": use fewer tokens, smaller dims, fewer experts or fewer ranks");
+  }
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {

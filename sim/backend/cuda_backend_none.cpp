@@ -17,4 +17,14 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {
   fail("backend '", name, "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)");
 }
 
+std::size_t CudaCaseBytes::total() const { return op + fixed + comm; }
+
+CudaCaseBytes cuda_case_device_bytes(const std::string& backend, const CudaCaseShape&) {
+  fail("backend '", backend, "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)");
+}
+
+void require_cuda_case_memory(const std::string& backend, const CudaCaseShape&, const std::string& what) {
+  fail(what, ": backend '", backend, "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)");
+}
+
 }  // namespace fp8moe::sim

@@ -80,7 +80,7 @@ int cmd_run(const Args& args) {
       ("fsdp-gather", po::value<std::string>()->default_value("bf16"), "layer level: FSDP2 all-gather in bf16 or fp8")
       ("fp8-dispatch", po::bool_switch(), "layer level: EP all-to-all in fp8 with 1x128 scales")
       ("lr", po::value<float>()->default_value(0.0f), "layer level: one SGD step with this learning rate")
-      ("backend", po::value<std::string>()->default_value("reference"), "per-rank math: reference")
+      ("backend", po::value<std::string>()->default_value("reference"), "per-rank math: reference, cuda-simt or cuda-cublaslt (fp8moe info lists those built in)")
       ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)");
   po::variables_map vm;
   if (!parse(args, desc, vm,
