@@ -7,11 +7,13 @@
 #include <Eigen/Core>
 #include <boost/version.hpp>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "kernels/device_info.hpp"
 #include "results/h5.hpp"
+#include "sim/backend/backend.hpp"
 
 #ifndef FP8MOE_BUILD_TYPE
 #define FP8MOE_BUILD_TYPE "unknown"
@@ -100,6 +102,20 @@ Provenance provenance() {
   p.emplace_back("fmt_version", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100));
   p.emplace_back("nccl_version", std::string(FP8MOE_NCCL_VERSION) + " (headers at build time)");
   p.emplace_back("nccl_env", nccl_env());
+  std::string backends;
+  for (const std::string& b : backend_names()) backends += (backends.empty() ? "" : ",") + b;
+  p.emplace_back("backends", backends);
+  // fake-gpu and nccl need CUDA (and NCCL) in the build; mpi needs fp8moe-mpi next to fp8moe.
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const bool mpi = !ec && (self.filename() == "fp8moe-mpi" || std::filesystem::exists(self.parent_path() / "fp8moe-mpi"));
+  p.emplace_back("mesh_kinds", fmt::format("fake{}{}{}", cuda.compiled ? ",fake-gpu" : "",
+#ifdef FP8MOE_NCCL_BUILT
+                                           cuda.compiled ? ",nccl" : "",
+#else
+                                           "",
+#endif
+                                           mpi ? ",mpi" : ""));
   return p;
 }
 
