@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libeigen3-dev libboost-program-options-dev libhdf5-dev libfmt-dev doctest-dev
+  libopenmpi-dev openmpi-bin
   python3 python3-h5py python3-numpy
   python3-pandas python3-matplotlib python3-xarray python3-h5netcdf
   python3-nbformat python3-nbclient python3-nbconvert python3-ipykernel jupyter-nbconvert
