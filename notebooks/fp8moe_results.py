@@ -7,15 +7,14 @@ The one helper the notebooks share, so nothing is loaded, judged or drawn twice:
     fr.provenance("results/runs/ci.h5")["git_sha"]
     fr.load_blocks("results/runs/ci.h5", 12)                 # xarray.Dataset, dims named
 
-Floors and bitwise identities are DESIGN.md 3.8's (the defaults of our gates), written once here
-as data (`FLOORS`, `IDENTITIES`); `fp8moe gate` with scenarios/gates.ini is what CI gates on.
+Floors and bitwise identities are the gates `fp8moe gate` checks (DESIGN.md 3.8 as
+scenarios/gates.ini writes them), read from that file and matched by fp8moe_gates.py as the
+C++ checker matches them; `annotate(df, gates=PATH)` or $FP8MOE_GATES takes another gates file.
 Needs h5py, numpy and pandas; xarray and matplotlib are optional (numpy dicts without xarray;
 plotting functions import matplotlib when called).
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
 import warnings
@@ -25,6 +24,11 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from fp8moe_gates import (CASE_COLUMNS, DEFAULT_GATES, GATES_ENV, Gate, GateMatch,  # noqa: F401
+                          GatesFileError, floor_for, floors_for, floors_table, gate_columns,
+                          gate_failures, gate_summary, gates_path, identity_for, load_gates,
+                          parse_gates)
+
 FORMAT = "fp8moe-sweep"
 SCHEMA_VERSION = 1
 UNQUANTIZED_MODES = ("hp64", "bf16")
@@ -33,16 +37,6 @@ PARAM_COLUMNS = ("scenario", "level", "mesh", "world", "plan", "placements", "st
                  "mode", "format", "block", "pow2_scales", "pad", "experts", "tokens", "n", "k",
                  "dim", "hidden", "routing", "offs", "dist", "seed", "fsdp_gather", "reduce_dtype",
                  "reduce_order", "fp8_dispatch", "lr")
-
-
-# The /cases columns of results/SCHEMA.md (schema_version 1), in the schema's order.
-CASE_COLUMNS = ("case_id", "case_key", "scenario", "level", "mesh", "world", "plan", "placements",
-                "strategy", "pass", "tensor", "backend", "mode", "format", "block", "pow2_scales",
-                "pad", "experts", "tokens", "n", "k", "dim", "hidden", "routing", "offs", "dist",
-                "seed", "fsdp_gather", "reduce_dtype", "reduce_order", "fp8_dispatch", "lr",
-                "sqnr_db", "sqnr_vs_single_db", "rel_err", "max_abs_err", "max_ulp",
-                "bitwise_equal_frac", "block_aligned", "underflow_frac", "saturated_frac",
-                "nonfinite", "comm_bytes", "time_ms", "status", "message")
 
 
 class NotASweepResult(ValueError):
@@ -202,132 +196,33 @@ def block_names(blocks) -> list[str]:
     return sorted(k for k in keys if k != "attrs")
 
 
-# ----------------------------------------------------------------- DESIGN.md 3.8 floors
+# ------------------------------------------------------------ floors and identities: the gates
+# Read from scenarios/gates.ini (or $FP8MOE_GATES, or a `gates` argument) by fp8moe_gates, with
+# the matching rules of `fp8moe gate`; floors_table, floors_for, floor_for, identity_for,
+# gate_failures and gate_summary are imported above.
 
-@dataclasses.dataclass(frozen=True)
-class Floor:
-    """A floor of DESIGN.md 3.8 on one metric column, for the quantized modes."""
-    metric: str                    # sqnr_db (vs hp64) or sqnr_vs_single_db
-    db: float
-    rule: str                      # DESIGN.md's words
-    level: str
-    passes: tuple = ()             # empty: every pass
-    plans: tuple = ()              # layer plans; empty: any
-    strategy: str = ""             # a per-mesh-dim strategy the case must use (op level)
-    tensors: str = ""              # layer: "out" (y) or "grad" (dx, dw*, w*_new); empty: any
-    formats: tuple = ("e4m3",)     # torchao's tests: e4m3, 128-blocks, normal data; other
-    blocks: tuple = (128,)         #   formats, blocks and distributions are measured, not held
-    dists: tuple = ("normal",)     #   to these floors (as scenarios/gates.ini)
-    aligned: bool = False          # only where every local block is a single-device block
-
-
-# The op floors are torchao-emulated vs its bf16 reference; the file has no vs-bf16 column, so
-# they are applied to sqnr_db (vs hp64): bf16 is ~55 dB from hp64 (README's default case: 28.69
-# vs hp64, 28.68 vs bf16), well under 0.1 dB at these levels.
-FLOORS = (
-    Floor("sqnr_db", 27.0, "op, vs bf16 reference: fwd >= 27 dB", "op", ("fwd",)),
-    Floor("sqnr_db", 26.0, "op, vs bf16 reference: dgrad >= 26 dB", "op", ("dgrad",)),
-    Floor("sqnr_db", 26.0, "op, vs bf16 reference: wgrad >= 26 dB", "op", ("wgrad",)),
-    # "each local result bitwise, the reduced global >= 35 dB": blocks aligned (K/tp % block == 0).
-    Floor("sqnr_vs_single_db", 35.0, "dgrad, contraction sharded, aligned: reduced global >= 35 dB",
-          "op", strategy="contraction", formats=(), blocks=(), dists=(), aligned=True),
-    Floor("sqnr_vs_single_db", 23.0, "TP vs quantized single device: out >= 23", "layer",
-          plans=("tp",), tensors="out"),
-    Floor("sqnr_vs_single_db", 20.0, "TP vs quantized single device: grads/params >= 20",
-          "layer", plans=("tp",), tensors="grad"),
-    Floor("sqnr_vs_single_db", 35.0, "FSDP2 (and dp) vs quantized single device: out >= 35",
-          "layer", plans=("fsdp", "dp"), tensors="out"),
-    Floor("sqnr_vs_single_db", 30.0, "FSDP2 (and dp) vs quantized single device: grads >= 30",
-          "layer", plans=("fsdp", "dp"), tensors="grad"),
-    Floor("sqnr_vs_single_db", 23.0, "FSDP2+TP vs quantized single device: out >= 23", "layer",
-          plans=("fsdp+tp",), tensors="out"),
-    Floor("sqnr_vs_single_db", 20.0, "FSDP2+TP vs quantized single device: grads >= 20",
-          "layer", plans=("fsdp+tp",), tensors="grad"),
-    Floor("sqnr_db", 23.0, "layer vs the bf16 model: out >= 23 (applied vs hp64)", "layer",
-          tensors="out"),
-    Floor("sqnr_db", 22.0, "layer vs the bf16 model: grads >= 22 (applied vs hp64)", "layer",
-          tensors="grad"),
-)
-
-# Bitwise identities DESIGN.md 3.8 promises (bitwise_equal_frac == 1, sqnr_vs_single_db +inf),
-# in every mode: (name, level, test of the row). As scenarios/gates.ini's op_no_partial_bitwise:
-# no mesh dim contracts (fwd/dgrad sharded on the output features, wgrad on N or K, replicate)
-# and every local block is a single-device block. Quantizers are always bitwise too, but have
-# no rows in /cases (tests/reference checks them).
-IDENTITIES = (
-    ("no contraction across ranks, blocks aligned", "op",
-     lambda r: "contraction" not in strategies(r["strategy"]) and bool(r["block_aligned"])),
-)
-
-
-def strategies(strategy: str) -> list[str]:
-    """'dp:replicate,tp:out-feature' -> ['replicate', 'out-feature']."""
-    return [t.split(":")[-1] for t in re.split(r"[,;\s]+", strategy or "") if t]
-
-
-def _tensor_kind(tensor: str) -> str:
-    return "out" if tensor in ("out", "y") else "grad"
-
-
-def floors_for(row) -> list[Floor]:
-    """Every floor of FLOORS that applies to one row of `load_cases`."""
-    if row["mode"] in UNQUANTIZED_MODES:
-        return []
-    return [fl for fl in FLOORS
-            if fl.level == row["level"]
-            and (not fl.passes or row["pass"] in fl.passes)
-            and (not fl.plans or row["plan"] in fl.plans)
-            and (not fl.strategy or fl.strategy in strategies(row["strategy"]))
-            and (not fl.tensors or fl.tensors == _tensor_kind(row["tensor"]))
-            and (not fl.formats or row["format"] in fl.formats)
-            and (not fl.blocks or row["block"] in fl.blocks)
-            and (not fl.dists or row["dist"] in fl.dists)
-            and (not fl.aligned or bool(row["block_aligned"]))]
-
-
-def floor_for(row, metric: str = "sqnr_db") -> float:
-    """The floor (dB) DESIGN.md 3.8 sets for `metric` of this row; NaN where none."""
-    dbs = [fl.db for fl in floors_for(row) if fl.metric == metric]
-    return max(dbs) if dbs else math.nan
-
-
-def floors_table() -> pd.DataFrame:
-    return pd.DataFrame([dataclasses.asdict(fl) for fl in FLOORS])
-
-
-def identity_for(row) -> str | None:
-    """The name of the bitwise identity DESIGN.md 3.8 promises for this row, or None."""
-    if row["mode"] == "hp64":
-        return None
-    return next((name for name, level, holds in IDENTITIES if row["level"] == level and holds(row)), None)
-
-
-def annotate(df: pd.DataFrame) -> pd.DataFrame:
-    """Adds floor_db, floor_single_db, floor_rule, below_floor, identity, identity_ok and the
-    labels `case` (placement scenario) and `column` (pass, or pass:tensor at layer level)."""
+def annotate(df: pd.DataFrame, gates=None) -> pd.DataFrame:
+    """Adds what the gates say of each row (fp8moe_gates.gate_columns: floor_db,
+    floor_single_db, floor_rule, below_floor, identity, identity_ok, gate_fail) and the labels
+    `case` (placement scenario) and `column` (pass, or pass:tensor at layer level)."""
     df = df.copy()
-    floors = [floors_for(r) for _, r in df.iterrows()]
-    for metric, col in (("sqnr_db", "floor_db"), ("sqnr_vs_single_db", "floor_single_db")):
-        df[col] = [max([f.db for f in fl if f.metric == metric], default=math.nan) for fl in floors]
-    df["floor_rule"] = ["; ".join(f.rule for f in fl) for fl in floors]
-    # NaN (a non-finite result) is below every floor: `not >=` is true for NaN.
-    df["below_floor"] = (df["floor_db"].notna() & ~(df["sqnr_db"] >= df["floor_db"])) | \
-        (df["floor_single_db"].notna() & ~(df["sqnr_vs_single_db"] >= df["floor_single_db"]))
-    df["identity"] = [identity_for(r) for _, r in df.iterrows()]
-    df["identity_ok"] = (df["bitwise_equal_frac"] == 1.0) & np.isposinf(df["sqnr_vs_single_db"])
+    for col, values in gate_columns(df, gates).items():
+        df[col] = values
     df["case"] = case_labels(df)
     df["column"] = df["pass"].where(df["level"] == "op", df["pass"] + ":" + df["tensor"])
     return df
 
 
-def failing(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows below a floor, a broken identity, or status fail/error (df from `annotate`)."""
-    broken = df["identity"].notna() & ~df["identity_ok"]
-    bad = df["below_floor"] | broken | df["status"].isin(["fail", "error"])
+def failing(df: pd.DataFrame, gates=None) -> pd.DataFrame:
+    """The rows `fp8moe gate` fails: below a floor (NaN too), a broken bitwise identity, or a
+    case that threw (status error); gate_fail names the gates. df from `annotate` (annotated
+    here when it is not, or when `gates` is given)."""
+    if gates is not None or "gate_fail" not in df:
+        df = annotate(df, gates)
     cols = ["case_id", "scenario", "mesh", "placements", "strategy", "pass", "tensor", "backend",
             "mode", "sqnr_db", "floor_db", "sqnr_vs_single_db", "floor_single_db",
-            "bitwise_equal_frac", "identity", "status", "floor_rule", "message"]
-    return df.loc[bad, cols].sort_values(["case_id", "pass", "tensor"])
+            "bitwise_equal_frac", "identity", "status", "gate_fail", "floor_rule", "message"]
+    return df.loc[df["gate_fail"] != "", cols].sort_values(["case_id", "pass", "tensor"])
 
 
 # ---------------------------------------------------------------------------- labels
