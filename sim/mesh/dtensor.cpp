@@ -93,6 +93,11 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
         std::vector<ConstFloats> send;
         std::vector<Floats> recv;
         for (std::size_t i = 0; i < n; ++i) {
+          if (!comm.is_local(g[i])) {  // a real mesh: another process holds this member
+            send.emplace_back();
+            recv.emplace_back();
+            continue;
+          }
           laid[i] = TensorF({volume(in_box[i])});
           std::int64_t off = 0;
           for (std::size_t j = 0; j < n; ++j) {
@@ -106,10 +111,14 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
           recv.emplace_back(mine[i].data);
         }
         comm.reduce_scatter(g, send, recv, counts, opt);
-        for (std::size_t i = 0; i < n; ++i) out.at(g[i]) = std::move(mine[i]);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (comm.is_local(g[i])) out.at(g[i]) = std::move(mine[i]);
+        }
         continue;
       }
-      for (std::size_t i = 0; i < n; ++i) out.at(g[i]) = std::move(summed[i]);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (comm.is_local(g[i])) out.at(g[i]) = std::move(summed[i]);
+      }
       continue;
     }
     if (from.is_shard() && !(to == from)) {
@@ -117,17 +126,19 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
       std::vector<ConstBytes> send;
       std::vector<std::vector<std::byte>> recv_store(n);
       std::vector<Bytes> recv;
+      // Sizes from the boxes: on a real mesh the other members' shards are not here.
       std::size_t total = 0;
       for (std::size_t i = 0; i < n; ++i) {
         send.push_back(std::as_bytes(std::span<const float>(t.at(g[i]).data)));
-        total += send.back().size();
+        total += static_cast<std::size_t>(volume(in_box[i])) * sizeof(float);
       }
       for (std::size_t i = 0; i < n; ++i) {
-        recv_store[i].resize(total);
+        if (comm.is_local(g[i])) recv_store[i].resize(total);
         recv.emplace_back(recv_store[i]);
       }
       comm.all_gather(g, send, recv);
       for (std::size_t j = 0; j < n; ++j) {
+        if (!comm.is_local(g[j])) continue;
         TensorF mine(box_shape(out_box[j]));
         std::size_t off = 0;
         for (std::size_t i = 0; i < n; ++i) {
@@ -143,6 +154,7 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
     }
     // Replicate -> Shard: local chunk; Replicate -> Partial: coordinate 0 keeps the values.
     for (std::size_t j = 0; j < n; ++j) {
+      if (!comm.is_local(g[j])) continue;
       TensorF mine(box_shape(out_box[j]));
       copy_box(t.at(g[j]), in_box[j], mine, out_box[j], out_box[j]);
       if (to.is_partial() && mesh.coord(g[j], md) != 0) std::fill(mine.data.begin(), mine.data.end(), 0.0f);

@@ -58,18 +58,22 @@ std::vector<TensorF> Exec::gather_bf16(const DTensor& w) {
     std::vector<std::vector<std::uint16_t>> mine, all(g.size());
     std::vector<ConstBytes> send;
     std::vector<Bytes> recv;
+    // The gathered weight holds every expert: E times a local member's expert (the members of a
+    // dp group share their tp coordinate). Sized from the shapes, since on a real mesh the other
+    // members' shards are not here.
     std::size_t total = 0;
-    for (int r : g) mine.push_back(to_bf16_bits(w.at(r)));
-    for (const auto& m : mine) {
-      send.push_back(std::as_bytes(std::span(m)));
-      total += m.size();
+    for (int r : g) {
+      if (comm.is_local(r)) total = static_cast<std::size_t>(E * w.at(r).dim(1) * w.at(r).dim(2));  // (E_r, N, K)
     }
+    for (int r : g) mine.push_back(to_bf16_bits(w.at(r)));
+    for (const auto& m : mine) send.push_back(std::as_bytes(std::span(m)));
     for (std::size_t j = 0; j < g.size(); ++j) {
-      all[j].resize(total);
+      if (comm.is_local(g[j])) all[j].resize(total);
       recv.push_back(std::as_writable_bytes(std::span(all[j])));
     }
     comm.all_gather(g, send, recv);
     for (std::size_t j = 0; j < g.size(); ++j) {
+      if (!comm.is_local(g[j])) continue;
       std::vector<I64> shape = w.at(g[j]).shape;
       shape[0] = E;
       TensorF t(shape);
@@ -129,15 +133,16 @@ void Exec::gather_weights(bool bwd) {
           send.push_back(std::as_bytes(std::span(t.data)));
           total += send.back().size();
         }
+        (void)total;  // the communicator checks the receive sizes against every member's send
         std::vector<Bytes> recv;
         for (int r : g) {
           auto& t = out_of(S(r).*field);
-          recv.push_back(std::as_writable_bytes(std::span(t.data)));
-          if (recv.back().size() != total) fail("fsdp fp8 gather: buffer of ", recv.back().size(), " bytes, needs ", total);
+          recv.push_back(comm.is_local(r) ? std::as_writable_bytes(std::span(t.data)) : Bytes());
         }
         comm.all_gather(g, send, recv);
       };
       for (int r : g) {
+        if (!comm.is_local(r)) continue;
         Quantized& q = S(r).*field;
         q = mine[static_cast<std::size_t>(r)];
         q.codes.shape[0] = E;
@@ -190,14 +195,18 @@ void Exec::reduce_dp(TensorF RankState::*field) {
       if (outputs_bf16()) for (int r : g) round_all_bf16(S(r).*field);
       continue;
     }
-    const TensorF& t0 = S(g[0]).*field;  // (E, N, K), every member the same shape
-    const I64 per = t0.dim(1) * t0.dim(2);
+    // (E, N, K), every member the same shape; a process holding no member only takes part.
+    const TensorF* t0 = nullptr;
+    for (int r : g) {
+      if (comm.is_local(r) && !t0) t0 = &(S(r).*field);
+    }
+    const I64 n1 = t0 ? t0->dim(1) : 0, n2 = t0 ? t0->dim(2) : 0;
     std::vector<I64> counts;
     std::vector<TensorF> mine;
     for (std::size_t j = 0; j < g.size(); ++j) {
       const Range er = chunk(E, static_cast<int>(g.size()), static_cast<int>(j));
-      counts.push_back(er.size() * per);
-      mine.emplace_back(std::vector<I64>{er.size(), t0.dim(1), t0.dim(2)});
+      counts.push_back(er.size() * n1 * n2);
+      mine.emplace_back(std::vector<I64>{comm.is_local(g[j]) ? er.size() : 0, n1, n2});
     }
     std::vector<ConstFloats> send;
     std::vector<Floats> recv;
@@ -207,6 +216,7 @@ void Exec::reduce_dp(TensorF RankState::*field) {
     }
     comm.reduce_scatter(g, send, recv, counts, cfg.reduce);
     for (std::size_t j = 0; j < g.size(); ++j) {
+      if (!comm.is_local(g[j])) continue;
       if (outputs_bf16()) round_all_bf16(mine[j]);
       S(g[j]).*field = std::move(mine[j]);
     }

@@ -80,7 +80,9 @@ void dp_split(const Offs& offs, int n, int c, std::vector<I64>& rows, Offs& loca
 
 void Exec::place_tokens() {
   const bool quant = is_quantized(cfg.gemm.mode);
-  for (int r : comm.local_ranks()) {
+  // Every rank's layout, not only the local ones: it is index math on the global offs, and the
+  // collectives below size what they exchange with other ranks from it.
+  for (int r = 0; r < comm.mesh().world(); ++r) {
     RankState& s = S(r);
     dp_split(offs, n_of(plan.dp_dim), coord(r, plan.dp_dim), s.L_rows, s.L_offs);
     const I64 ML = static_cast<I64>(s.L_rows.size());
@@ -91,7 +93,7 @@ void Exec::place_tokens() {
     s.opt = cfg.gemm;
   }
   if (plan.ep_dim >= 0) exchange_counts();
-  for (int r : comm.local_ranks()) {
+  for (int r = 0; r < comm.mesh().world(); ++r) {
     RankState& s = S(r);
     if (plan.ep_dim < 0) {
       s.offs = s.L_offs;
@@ -132,18 +134,22 @@ void Exec::exchange_counts() {
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
+      const bool local = comm.is_local(g[i]);
       for (std::size_t j = 0; j < n; ++j) {
-        send[i].push_back(std::as_bytes(std::span<const std::int32_t>(sb[i][j])));
-        recv[i].push_back(std::as_writable_bytes(std::span<std::int32_t>(rb[i][j])));
+        send[i].push_back(local ? std::as_bytes(std::span<const std::int32_t>(sb[i][j])) : ConstBytes());
+        recv[i].push_back(local ? std::as_writable_bytes(std::span<std::int32_t>(rb[i][j])) : Bytes());
       }
     }
     comm.all_to_all(g, send, recv);
     for (std::size_t j = 0; j < n; ++j) {
       RankState& sj = S(g[j]);
+      // A local owner builds its offs from the counts it received; the others' (held by other
+      // processes of a real mesh) follow from the same index math.
+      const bool local = comm.is_local(g[j]);
       sj.offs.assign(static_cast<std::size_t>(sj.experts.size()), 0);
       std::int32_t acc = 0;
       for (std::size_t k = 0; k < sj.offs.size(); ++k) {
-        for (std::size_t i = 0; i < n; ++i) acc += rb[j][i][k];
+        for (std::size_t i = 0; i < n; ++i) acc += local ? rb[j][i][k] : sb[i][j][k];
         sj.offs[k] = acc;
       }
       if (acc != sj.comp.size()) fail("ep dispatch: rank ", g[j], " expects ", sj.comp.size(), " tokens, counts say ", acc);
@@ -162,10 +168,12 @@ void Exec::move_rows(std::vector<const std::byte*>& src, std::vector<std::byte*>
         const RankState& b = S(g[j]);  // receiver
         const Range sr = forward ? a.home : a.comp, rr = forward ? b.comp : b.home;
         const Range m = intersect(sr, rr);
-        send[i].push_back(ConstBytes(src[static_cast<std::size_t>(g[i])] + (m.begin - sr.begin) * row_bytes,
-                                     static_cast<std::size_t>(m.size() * row_bytes)));
-        recv[j].push_back(Bytes(dst[static_cast<std::size_t>(g[j])] + (m.begin - rr.begin) * row_bytes,
-                                static_cast<std::size_t>(m.size() * row_bytes)));
+        send[i].push_back(comm.is_local(g[i]) ? ConstBytes(src[static_cast<std::size_t>(g[i])] + (m.begin - sr.begin) * row_bytes,
+                                                           static_cast<std::size_t>(m.size() * row_bytes))
+                                              : ConstBytes());
+        recv[j].push_back(comm.is_local(g[j]) ? Bytes(dst[static_cast<std::size_t>(g[j])] + (m.begin - rr.begin) * row_bytes,
+                                                      static_cast<std::size_t>(m.size() * row_bytes))
+                                              : Bytes());
       }
     }
     // recv[j] was appended in sender order, so recv[j][i] is what j receives from i.
@@ -261,13 +269,33 @@ void Exec::combine(TensorF RankState::*field) {
 }
 
 TensorF Exec::assemble_rows(TensorF RankState::*field) {
+  // Every rank's rows, all-gathered over the whole mesh (a real mesh's process holds only its
+  // own), then written in rank order; ranks holding the same rows (tp) hold equal values.
+  const int W = comm.mesh().world();
+  auto rows_of = [&](int r) { return plan.ep_dim >= 0 ? S(r).home : S(r).comp; };
+  Group all(static_cast<std::size_t>(W));
+  std::size_t total = 0;
+  for (int r = 0; r < W; ++r) {
+    all[static_cast<std::size_t>(r)] = r;
+    total += static_cast<std::size_t>(rows_of(r).size() * D);
+  }
+  std::vector<std::vector<float>> got(static_cast<std::size_t>(W));
+  std::vector<ConstBytes> send;
+  std::vector<Bytes> recv;
+  for (int r = 0; r < W; ++r) {
+    const bool local = comm.is_local(r);
+    if (local) got[static_cast<std::size_t>(r)].resize(total);
+    send.push_back(local ? std::as_bytes(std::span<const float>((S(r).*field).data)) : ConstBytes());
+    recv.push_back(std::as_writable_bytes(std::span<float>(got[static_cast<std::size_t>(r)])));
+  }
+  comm.all_gather(all, send, recv);
+  const std::vector<float>& buf = got[static_cast<std::size_t>(comm.local_ranks().front())];
   TensorF g({M, D});
-  for (int r : comm.local_ranks()) {
-    const RankState& s = S(r);
-    const Range pr = plan.ep_dim >= 0 ? s.home : s.comp;
-    const TensorF& t = s.*field;
-    for (I64 p = pr.begin; p < pr.end; ++p) {
-      std::copy_n(t.ptr() + (p - pr.begin) * D, D, g.ptr() + s.L_rows[static_cast<std::size_t>(p)] * D);
+  std::size_t off = 0;
+  for (int r = 0; r < W; ++r) {
+    const Range pr = rows_of(r);
+    for (I64 p = pr.begin; p < pr.end; ++p, off += static_cast<std::size_t>(D)) {
+      std::copy_n(buf.data() + off, D, g.ptr() + S(r).L_rows[static_cast<std::size_t>(p)] * D);
     }
   }
   return g;

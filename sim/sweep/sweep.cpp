@@ -18,6 +18,7 @@
 #include "reference/error.hpp"
 #include "results/store.hpp"
 #include "scenarios/expand.hpp"
+#include "sim/backend/cuda_backend.hpp"
 #include "sim/comm/runtime.hpp"
 #include "sim/sweep/provenance.hpp"
 #include "sim/sweep/run_case.hpp"
@@ -142,11 +143,29 @@ class Progress {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
-void check_memory(const std::vector<Case>& cases) {
+// Every case must fit before any runs: host memory for the CPU reference, device memory (the
+// CUDA backend's estimate against cudaMemGetInfo) for the GPU backends.
+void check_memory(const std::vector<Case>& cases, MeshKind kind) {
+  for (const Case& c : cases) {
+    if (!c.rejected.empty() || c.backend.rfind("cuda-", 0) != 0) continue;
+    CudaCaseShape s;
+    s.layer = c.level == "layer";
+    s.pass = c.pass;
+    s.experts = c.experts;
+    s.tokens = c.tokens;
+    s.n = c.n;
+    s.k = c.k;
+    s.dim = c.dim;
+    s.hidden = c.hidden;
+    s.world = c.world;
+    s.fake_gpu = kind == MeshKind::fake_gpu;
+    s.gemm = c.gemm;
+    require_cuda_case_memory(c.backend, s, cat(c.where, ": scenario ", c.scenario, " case ", c.id, " (", c.key(), ")"));
+  }
   const std::int64_t avail = available_memory();
   if (avail <= 0) return;
   for (const Case& c : cases) {
-    if (!c.rejected.empty() || c.backend != "reference") continue;  // device memory is the backend's check
+    if (!c.rejected.empty() || c.backend != "reference") continue;
     const std::int64_t need = c.memory_estimate();
     if (need > avail) {
       fail(c.where, ": scenario ", c.scenario, " case ", c.id, " (", c.key(), ") needs about ",
@@ -367,7 +386,7 @@ int run_sweep(const SweepOptions& opt_in) {
                            : std::string(),
            " (fp8moe list shows why)");
     }
-    check_memory(ex.cases);
+    check_memory(ex.cases, rt->kind());
     std::size_t position = 0;
     for (const Case& c : ex.cases) {
       if (!c.rejected.empty()) continue;
