@@ -2,8 +2,8 @@
 # One round on a GPU machine with the folder scripts/pack_gpu.sh made: unpack, check that the
 # binaries load (ldd), run every GPU test binary, a cuda-simt / cuda-cublaslt `fp8moe run`, and
 # the kernel bench (table + HDF5). Few files come back from the device tool, so the logs are
-# RESULTS_DIR/device.log, tests.log, runs.log, bench.log and bench-kernels.h5.
-#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|all=all]
+# RESULTS_DIR/device.log, tests.log, runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5.
+#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|all=all]
 # Exit status: the number of steps that failed.
 set -uo pipefail
 pack=$1
@@ -29,11 +29,13 @@ step() {  # step LOG COMMAND...: appends COMMAND's output and exit status to RES
   sed 's/^/#   /' "$pack/dirty"
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
   ldd "$bin/fp8moe-bench-kernels" | grep -E 'cublas|cudart|hdf5|not found'
+  ldd "$bin/fp8moe" | grep -E 'nccl|mpi|not found'
+  echo "# MPI on this machine: $(command -v mpirun || echo 'no mpirun') $(ls /usr/lib/x86_64-linux-gnu/libmpi.so* 2>/dev/null | head -1)"
   "$bin/fp8moe" info
 } >"$res/device.log" 2>&1
 if [[ $what == all || $what == tests ]]; then
   for t in test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm \
-           test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm; do
+           test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm test_nccl_comm; do
     step tests "$bin/$t"
   done
   for be in reference cuda-simt cuda-cublaslt; do
@@ -41,6 +43,23 @@ if [[ $what == all || $what == tests ]]; then
       --backend "$be"
     step runs "$bin/fp8moe" run --level layer --mesh tp=2 --plan tp --backend "$be"
   done
+fi
+if [[ $what == all || $what == sweeps ]]; then
+  # The CI gate set on the GPU: cuda-simt on the CPU and the GPU fake mesh, and the CPU reference
+  # over NCCL (world-size-1 cases on one GPU), each bitwise against the committed CPU baseline;
+  # cuda-cublaslt against the floors; then the production shapes on cuda-cublaslt.
+  base=results/baselines/ci.h5
+  for run in "simt_fake:--backend cuda-simt --mesh fake" "simt_fakegpu:--backend cuda-simt --mesh fake-gpu" \
+             "nccl:--mesh nccl" "simt_nccl:--backend cuda-simt --mesh nccl"; do
+    name=${run%%:*}
+    # shellcheck disable=SC2086
+    step sweeps "$bin/fp8moe" sweep scenarios/ci.ini ${run#*:} --out "$res/ci_$name.h5" --force -q
+    step sweeps "$bin/fp8moe" compare "$base" "$res/ci_$name.h5" --identical
+  done
+  step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --mesh fake-gpu --out "$res/ci_cublaslt.h5" --force -q
+  step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5"
+  step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5"
+  step sweeps timeout 300 "$bin/fp8moe" sweep scenarios/production.ini --out "$res/production.h5" --force
 fi
 if [[ $what == all || $what == bench ]]; then
   step bench "$bin/fp8moe-bench-kernels" --h5 "$res/bench-kernels.h5"

@@ -10,14 +10,17 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=${2:-build-gpu}
 tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
-       test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm)
+       test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm test_nccl_comm)
 cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels "${tests[@]}" >&2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin"
 cp "$build/bin/fp8moe" "$build/kernels/fp8moe-bench-kernels" "$stage/bin/"
-# GPU suites live under tests/kernels (kernels/ and the CUDA backend) or tests/sim (the fake-gpu mesh).
+# GPU suites live under tests/kernels (kernels/, the CUDA backend), tests/sim (the fake-gpu mesh) or tests/comm (NCCL).
 for t in "${tests[@]}"; do
-  if [[ -f $build/tests/kernels/$t ]]; then cp "$build/tests/kernels/$t" "$stage/bin/"; else cp "$build/tests/sim/$t" "$stage/bin/"; fi
+  for d in kernels sim comm; do
+    if [[ -f $build/tests/$d/$t ]]; then cp "$build/tests/$d/$t" "$stage/bin/"; break; fi
+  done
+  [[ -f $stage/bin/$t ]] || { echo "pack_gpu: no $t under $build/tests" >&2; exit 1; }
 done
 strip "$stage"/bin/*
 rm -rf "$out"
