@@ -10,7 +10,7 @@ namespace fp8moe::sim::detail {
 
 // cuda_fake_communicator.cpp / cuda_fake_communicator_none.cpp
 std::unique_ptr<Communicator> make_fake_gpu_communicator(const Mesh& mesh);
-// mpi_runtime_loader.cpp (dlopens the MPI plugin)
+// mpi_runtime.cpp (linked into fp8moe-mpi only), or mpi_reexec.cpp's weak one: re-exec as fp8moe-mpi
 std::unique_ptr<MeshRuntime> make_mpi_runtime(const RuntimeOptions& opt);
 // nccl_runtime.cpp / nccl_runtime_none.cpp
 std::unique_ptr<MeshRuntime> make_nccl_runtime(const RuntimeOptions& opt);
