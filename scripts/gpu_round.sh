@@ -2,7 +2,8 @@
 # One round on a GPU machine with the folder scripts/pack_gpu.sh made: unpack, check that the
 # binaries load (ldd), run every GPU test binary, a cuda-simt / cuda-cublaslt `fp8moe run`, and
 # the kernel bench (table + HDF5). Few files come back from the device tool, so the logs are
-# RESULTS_DIR/device.log, tests.log, runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5.
+# RESULTS_DIR/device.log, tests.log, runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5
+# (the device tool returns at most 8 files: delete the .h5 you do not need before the call ends).
 #   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|all=all]
 # Exit status: the number of steps that failed.
 set -uo pipefail
@@ -59,7 +60,8 @@ if [[ $what == all || $what == sweeps ]]; then
   step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --mesh fake-gpu --out "$res/ci_cublaslt.h5" --force -q
   step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5"
   step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5"
-  step sweeps timeout 300 "$bin/fp8moe" sweep scenarios/production.ini --out "$res/production.h5" --force
+  # One production scenario (3 cases) within a time limit: the whole file takes longer than a round.
+  step sweeps timeout 240 "$bin/fp8moe" sweep scenarios/production.ini --only deepseek_v3_w2 --out "$res/production.h5" --force
 fi
 if [[ $what == all || $what == bench ]]; then
   step bench "$bin/fp8moe-bench-kernels" --h5 "$res/bench-kernels.h5"

@@ -75,6 +75,32 @@ class Communicator {
 // another mesh would pair the wrong ranks.
 void check_comm_mesh(const Communicator& comm, const Mesh& mesh);
 
+// Rank-local argument checks every communicator shares: a non-empty group and one buffer (or
+// count) per member.
+void check_members(const char* what, const Group& g, std::size_t n);
+
+// The two in-process fakes (FakeCommunicator on the CPU, CudaFakeCommunicator on one GPU) see
+// every member's buffers. These check a whole call before anything moves, so a rejected call
+// copies nothing and books nothing, with the same messages from both; and they book a finished
+// call's CommStats, so the two count alike by construction.
+namespace inproc {
+std::vector<int> all_ranks(const Mesh& mesh);
+// Each returns what the transfer needs: the gathered size, the root's size, the counts' total,
+// the all-reduce's value count.
+std::size_t check_all_gather(const Group& g, std::span<const ConstBytes> send, std::span<const Bytes> recv);
+void check_all_to_all(const Group& g, const std::vector<std::vector<ConstBytes>>& send,
+                      const std::vector<std::vector<Bytes>>& recv);
+std::size_t check_broadcast(const Group& g, int root_pos, std::span<const Bytes> bufs);
+std::int64_t check_reduce_scatter(const Group& g, std::span<const ConstFloats> send, std::span<const Floats> recv,
+                                  std::span<const std::int64_t> counts);
+std::int64_t check_all_reduce(const Group& g, std::span<const Floats> inout);
+void book_all_gather(CommStats& st, const Group& g, std::span<const ConstBytes> send);
+void book_all_to_all(CommStats& st, const Group& g, const std::vector<std::vector<ConstBytes>>& send);
+void book_broadcast(CommStats& st, const Group& g, int root_pos, std::size_t bytes);
+void book_reduce_scatter(CommStats& st, const Group& g, std::span<const std::int64_t> counts, const ReduceOptions& opt);
+void book_all_reduce(CommStats& st, const Group& g, std::int64_t count, const ReduceOptions& opt);
+}  // namespace inproc
+
 // The deterministic reduction both fake communicators (CPU and GPU) and the tests share:
 // out[k] = reduce over members of in[m][k], in the order the options name, for the chunk owned by
 // member `owner` (its ring position). `n` members, `count` values each.

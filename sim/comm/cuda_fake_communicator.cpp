@@ -1,7 +1,7 @@
 // CudaFakeCommunicator: every rank on one GPU (see the header for the staging rules). Each
-// collective checks its sizes exactly as fake_communicator.cpp does (same order, same messages),
-// declares its buffers, runs on their device images, and books the same CommStats; the stats
-// formulas are FakeCommunicator's, and tests/sim/test_cuda_fake_comm.cpp holds the two equal.
+// collective checks the whole call with FakeCommunicator's checks (communicator.hpp, inproc),
+// declares its buffers, runs on their device images, and books CommStats with the same
+// functions; tests/sim/test_cuda_fake_comm.cpp holds the two equal.
 #include "sim/comm/cuda_fake_communicator.hpp"
 
 #include <cuda_runtime.h>
@@ -24,11 +24,6 @@ constexpr std::size_t kAlign = 256;        // every staged image starts 256-byte
 constexpr std::size_t kGrain = 1u << 20;   // the arena grows in whole MiB
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
-
-void check_members(const char* what, const Group& g, std::size_t n) {
-  if (g.empty()) fail(what, ": empty group");
-  if (n != g.size()) fail(what, ": ", n, " buffers for a group of ", g.size(), " ranks");
-}
 
 std::string describe(const char* what, const Group& g) {
   std::string s = cat("fake-gpu ", what, " over ranks [");
@@ -227,20 +222,10 @@ CudaFakeCommunicator::~CudaFakeCommunicator() = default;
 std::size_t CudaFakeCommunicator::arena_bytes() const { return impl_->capacity; }
 int CudaFakeCommunicator::arena_allocations() const { return impl_->allocations; }
 
-std::vector<int> CudaFakeCommunicator::local_ranks() const {
-  std::vector<int> r(static_cast<std::size_t>(mesh_.world()));
-  for (int i = 0; i < mesh_.world(); ++i) r[static_cast<std::size_t>(i)] = i;
-  return r;
-}
+std::vector<int> CudaFakeCommunicator::local_ranks() const { return inproc::all_ranks(mesh_); }
 
 void CudaFakeCommunicator::all_gather(const Group& g, std::span<const ConstBytes> send, std::span<const Bytes> recv) {
-  check_members("all_gather", g, send.size());
-  check_members("all_gather", g, recv.size());
-  std::size_t total = 0;
-  for (const ConstBytes& s : send) total += s.size();
-  for (std::size_t j = 0; j < g.size(); ++j) {
-    if (recv[j].size() != total) fail("all_gather: rank ", g[j], " receives into ", recv[j].size(), " bytes, needs ", total);
-  }
+  const std::size_t total = inproc::check_all_gather(g, send, recv);
   const std::size_t n = g.size();
   {
     const DeviceScope scope(impl_->device);
@@ -259,27 +244,13 @@ void CudaFakeCommunicator::all_gather(const Group& g, std::span<const ConstBytes
     }
     im.end();
   }
-  for (std::size_t i = 0; i < n; ++i) stats_.add(g[i], static_cast<std::int64_t>(send[i].size() * (n - 1)));
-  ++stats_.collectives;
+  inproc::book_all_gather(stats_, g, send);
 }
 
 void CudaFakeCommunicator::all_to_all(const Group& g, const std::vector<std::vector<ConstBytes>>& send,
                                       const std::vector<std::vector<Bytes>>& recv) {
-  check_members("all_to_all", g, send.size());
-  check_members("all_to_all", g, recv.size());
+  inproc::check_all_to_all(g, send, recv);
   const std::size_t n = g.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (send[i].size() != n) fail("all_to_all: rank ", g[i], " sends to ", send[i].size(), " ranks, the group has ", n);
-    if (recv[i].size() != n) fail("all_to_all: rank ", g[i], " receives from ", recv[i].size(), " ranks, the group has ", n);
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < n; ++j) {
-      if (send[i][j].size() != recv[j][i].size()) {
-        fail("all_to_all: rank ", g[i], " sends ", send[i][j].size(), " bytes to rank ", g[j], ", which expects ",
-             recv[j][i].size());
-      }
-    }
-  }
   {
     const DeviceScope scope(impl_->device);
     Impl& im = *impl_;
@@ -297,25 +268,12 @@ void CudaFakeCommunicator::all_to_all(const Group& g, const std::vector<std::vec
     }
     im.end();
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < n; ++j) {
-      if (i != j) stats_.add(g[i], static_cast<std::int64_t>(send[i][j].size()));
-    }
-  }
-  ++stats_.collectives;
+  inproc::book_all_to_all(stats_, g, send);
 }
 
 void CudaFakeCommunicator::broadcast(const Group& g, int root_pos, std::span<const Bytes> bufs) {
-  check_members("broadcast", g, bufs.size());
-  const std::size_t n = g.size();
-  if (root_pos < 0 || static_cast<std::size_t>(root_pos) >= n) {
-    fail("broadcast: root position ", root_pos, " is outside a group of ", n, " ranks");
-  }
-  const std::size_t root = static_cast<std::size_t>(root_pos);
-  const std::size_t bytes = bufs[root].size();
-  for (std::size_t j = 0; j < n; ++j) {
-    if (bufs[j].size() != bytes) fail("broadcast: rank ", g[j], " has ", bufs[j].size(), " bytes, root ", bytes);
-  }
+  const std::size_t bytes = inproc::check_broadcast(g, root_pos, bufs);
+  const std::size_t n = g.size(), root = static_cast<std::size_t>(root_pos);
   {
     const DeviceScope scope(impl_->device);
     Impl& im = *impl_;
@@ -328,28 +286,13 @@ void CudaFakeCommunicator::broadcast(const Group& g, int root_pos, std::span<con
     }
     im.end();
   }
-  stats_.add(g[root], static_cast<std::int64_t>(bytes * (n - 1)));
-  ++stats_.collectives;
+  inproc::book_broadcast(stats_, g, root_pos, bytes);
 }
 
 void CudaFakeCommunicator::reduce_scatter(const Group& g, std::span<const ConstFloats> send, std::span<const Floats> recv,
                                           std::span<const std::int64_t> counts, const ReduceOptions& opt) {
-  check_members("reduce_scatter", g, send.size());
-  check_members("reduce_scatter", g, recv.size());
-  check_members("reduce_scatter", g, counts.size());
-  std::int64_t total = 0;
-  for (std::int64_t c : counts) total += c;
+  inproc::check_reduce_scatter(g, send, recv, counts);
   const std::size_t n = g.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (static_cast<std::int64_t>(send[i].size()) != total) {
-      fail("reduce_scatter: rank ", g[i], " sends ", send[i].size(), " values, the counts add up to ", total);
-    }
-  }
-  for (std::size_t j = 0; j < n; ++j) {
-    if (static_cast<std::int64_t>(recv[j].size()) != counts[j]) {
-      fail("reduce_scatter: rank ", g[j], " receives ", recv[j].size(), " values, its count is ", counts[j]);
-    }
-  }
   {
     const DeviceScope scope(impl_->device);
     Impl& im = *impl_;
@@ -372,21 +315,12 @@ void CudaFakeCommunicator::reduce_scatter(const Group& g, std::span<const ConstF
     im.reduce(tables, members, chunks, opt);
     im.end();
   }
-  const std::int64_t bytes_per_value = 4;  // fp32 buffers; a bf16 reduce moves half as many bytes
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t sent = (total - counts[i]) * bytes_per_value;
-    stats_.add(g[i], opt.dtype == ReduceDtype::bf16 ? sent / 2 : sent);
-  }
-  ++stats_.collectives;
+  inproc::book_reduce_scatter(stats_, g, counts, opt);
 }
 
 void CudaFakeCommunicator::all_reduce(const Group& g, std::span<const Floats> inout, const ReduceOptions& opt) {
-  check_members("all_reduce", g, inout.size());
+  const std::int64_t count = inproc::check_all_reduce(g, inout);
   const std::size_t n = g.size();
-  const std::int64_t count = static_cast<std::int64_t>(inout[0].size());
-  for (const Floats& b : inout) {
-    if (static_cast<std::int64_t>(b.size()) != count) fail("all_reduce: buffers of different sizes");
-  }
   {
     const DeviceScope scope(impl_->device);
     Impl& im = *impl_;
@@ -414,10 +348,7 @@ void CudaFakeCommunicator::all_reduce(const Group& g, std::span<const Floats> in
     }
     im.end();
   }
-  const std::int64_t nn = static_cast<std::int64_t>(n);
-  const std::int64_t bytes = 2 * count * (opt.dtype == ReduceDtype::bf16 ? 2 : 4) * (nn - 1) / nn;
-  for (std::size_t i = 0; i < n; ++i) stats_.add(g[i], bytes);
-  ++stats_.collectives;
+  inproc::book_all_reduce(stats_, g, count, opt);
 }
 
 namespace detail {

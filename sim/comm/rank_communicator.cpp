@@ -33,10 +33,6 @@ I64 group_hash(const Group& g) {  // FNV-1a over the ranks
   return static_cast<I64>(h >> 1);
 }
 
-void check_members(const char* what, const Group& g, std::size_t n) {
-  if (g.empty()) fail(what, ": empty group");
-  if (n != g.size()) fail(what, ": ", n, " buffers for a group of ", g.size(), " ranks");
-}
 
 std::size_t sz(I64 v) { return static_cast<std::size_t>(v); }
 

@@ -270,14 +270,17 @@ void Exec::combine(TensorF RankState::*field) {
 
 TensorF Exec::assemble_rows(TensorF RankState::*field) {
   // Every rank's rows, all-gathered over the whole mesh (a real mesh's process holds only its
-  // own), then written in rank order; ranks holding the same rows (tp) hold equal values.
+  // own), then written in rank order. Ranks that hold the same rows (the members of a tp group)
+  // hold equal values, so only tp coordinate 0 sends them: the gathered buffer is the tensor once,
+  // not once per tp rank (on fake meshes every member receives it).
   const int W = comm.mesh().world();
   auto rows_of = [&](int r) { return plan.ep_dim >= 0 ? S(r).home : S(r).comp; };
+  auto sends = [&](int r) { return plan.tp_dim < 0 || comm.mesh().coord(r, plan.tp_dim) == 0; };
   Group all(static_cast<std::size_t>(W));
   std::size_t total = 0;
   for (int r = 0; r < W; ++r) {
     all[static_cast<std::size_t>(r)] = r;
-    total += static_cast<std::size_t>(rows_of(r).size() * D);
+    if (sends(r)) total += static_cast<std::size_t>(rows_of(r).size() * D);
   }
   std::vector<std::vector<float>> got(static_cast<std::size_t>(W));
   std::vector<ConstBytes> send;
@@ -285,7 +288,7 @@ TensorF Exec::assemble_rows(TensorF RankState::*field) {
   for (int r = 0; r < W; ++r) {
     const bool local = comm.is_local(r);
     if (local) got[static_cast<std::size_t>(r)].resize(total);
-    send.push_back(local ? std::as_bytes(std::span<const float>((S(r).*field).data)) : ConstBytes());
+    send.push_back(local && sends(r) ? std::as_bytes(std::span<const float>((S(r).*field).data)) : ConstBytes());
     recv.push_back(std::as_writable_bytes(std::span<float>(got[static_cast<std::size_t>(r)])));
   }
   comm.all_gather(all, send, recv);
@@ -293,6 +296,7 @@ TensorF Exec::assemble_rows(TensorF RankState::*field) {
   TensorF g({M, D});
   std::size_t off = 0;
   for (int r = 0; r < W; ++r) {
+    if (!sends(r)) continue;
     const Range pr = rows_of(r);
     for (I64 p = pr.begin; p < pr.end; ++p, off += static_cast<std::size_t>(D)) {
       std::copy_n(buf.data() + off, D, g.ptr() + S(r).L_rows[static_cast<std::size_t>(p)] * D);

@@ -70,8 +70,12 @@ struct Session {
   std::uint64_t seed;
   int me;  // this process's rank
 
+  // The fake mesh starts from zero, so the communicator under test does too: its CommStats are
+  // compared with the fake's after every call of this session, not with earlier sessions'.
   Session(Communicator& c, std::uint64_t s, CheckLog& l)
-      : comm(c), fake(c.mesh()), rng(s), log(l), seed(s), me(c.local_ranks().at(0)) {}
+      : comm(c), fake(c.mesh()), rng(s), log(l), seed(s), me(c.local_ranks().at(0)) {
+    comm.reset_stats();
+  }
 
   std::string where(const char* what, const Group& g) const {
     return cat(what, " on ", gstr(g), " of mesh ", comm.mesh().str(), " (seed ", seed, ", rank ", me, ")");

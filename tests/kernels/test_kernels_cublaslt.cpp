@@ -86,8 +86,8 @@ TEST_CASE("cuBLASLt grouped passes vs reference promote-fp32/cublas: >= 35 dB, b
       for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
         const std::uint64_t seed = base + n++;
         CAPTURE(c.name);
-        CAPTURE(pass_name(p));
-        CAPTURE(out_dtype_name(out));
+        CAPTURE(std::string(pass_name(p)));
+        CAPTURE(std::string(out_dtype_name(out)));
         CAPTURE(c.N);
         CAPTURE(c.K);
         CAPTURE(shape_str(std::vector<std::int64_t>(c.offs.begin(), c.offs.end())));
@@ -118,7 +118,7 @@ TEST_CASE("cuBLASLt grouped passes vs hp64 meet the torchao op-level floors (DES
       for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
         const std::uint64_t seed = base + n++;
         CAPTURE(c.name);
-        CAPTURE(pass_name(p));
+        CAPTURE(std::string(pass_name(p)));
         CAPTURE(seed);
         GemmOptions hp = lt_options(c.pad, OutDtype::bf16);
         hp.mode = Mode::hp64;

@@ -17,7 +17,7 @@ TEST_CASE("GPU-generated tensors are bitwise the CPU's for every distribution") 
   const std::uint64_t seed = test::seed_for(511);
   CAPTURE(seed);
   for (Dist d : {Dist::normal, Dist::uniform, Dist::student_t3, Dist::outlier_channels}) {
-    CAPTURE(dist_name(d));
+    CAPTURE(std::string(dist_name(d)));
     for (const std::vector<std::int64_t>& shape : std::vector<std::vector<std::int64_t>>{{257, 1029}, {3, 64, 4096}}) {
       CAPTURE(shape_str(shape));
       const TensorF want = generate(shape, d, seed, kTensorGradOut);
@@ -43,7 +43,7 @@ TEST_CASE("a GPU-generated slice is the CPU's slice, also as bf16 bits") {
   CAPTURE(seed);
   const std::int64_t cols = 777, first = (std::int64_t{1} << 32) - 1000, count = 5000;  // crosses 2^32
   for (Dist d : {Dist::normal, Dist::uniform, Dist::student_t3, Dist::outlier_channels}) {
-    CAPTURE(dist_name(d));
+    CAPTURE(std::string(dist_name(d)));
     std::vector<float> want(static_cast<std::size_t>(count));
     generate_slice(d, seed, kTensorW, cols, first, count, want.data());
     kernels::DeviceBuffer<float> f(static_cast<std::size_t>(count));

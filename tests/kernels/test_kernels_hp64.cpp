@@ -50,7 +50,7 @@ TEST_CASE("GPU hp64 grouped passes agree with the CPU hp64 to fp64 rounding (>= 
     const TensorF G = test::random_tensor({M, N}, seed, kTensorGradOut, dist);
     const kernels::DeviceBuffer<float> dA(A.data), dW(W.data), dG(G.data);
     for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
-      CAPTURE(pass_name(p));
+      CAPTURE(std::string(pass_name(p)));
       TensorD want;
       kernels::DeviceBuffer<double> out;
       if (p == Pass::fwd) {

@@ -37,7 +37,7 @@ TEST_CASE("quant_layout gives reference/'s code and scale shapes and block exten
         {Recipe::kgrouped_rhs, quantize_kgrouped_rhs(TensorF({M, K}, 1.0f), offs, opt)},
     };
     for (const auto& [r, q] : pairs) {
-      CAPTURE(recipe_name(r));
+      CAPTURE(std::string(recipe_name(r)));
       const std::vector<std::int64_t> in = r == Recipe::act_rhs || r == Recipe::act_lhs_t ? std::vector<std::int64_t>{M + 17, K + 3}
                                            : (r == Recipe::weight_fwd || r == Recipe::weight_dgrad) ? w.shape
                                                                                                     : x.shape;

@@ -43,11 +43,11 @@ std::vector<std::uint16_t> to_bf16_bits(const TensorF& x) {
 
 // Quantize x on both sides (the GPU from fp32 or bf16 input) and require bitwise equality.
 void check_recipe(Recipe r, const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt, bool bf16_in) {
-  CAPTURE(recipe_name(r));
+  CAPTURE(std::string(recipe_name(r)));
   CAPTURE(shape_str(x.shape));
   CAPTURE(opt.block);
   CAPTURE(opt.pow2_scales);
-  CAPTURE(format_name(opt.format));
+  CAPTURE(std::string(format_name(opt.format)));
   CAPTURE(bf16_in);
   const Quantized want = cpu_quantize(r, x, offs, opt);
   Quantized got;
@@ -101,7 +101,7 @@ TEST_CASE("every GPU quantizer is bitwise the CPU's: recipes x blocks x pow2 x f
         for (bool pow2 : {false, true}) {
           for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
             for (bool bf16_in : {false, true}) {
-              CAPTURE(dist_name(dist));
+              CAPTURE(std::string(dist_name(dist)));
               check_recipe(r, x, c.offs, QuantOptions{B, pow2, f}, bf16_in);
             }
           }

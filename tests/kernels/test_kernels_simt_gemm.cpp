@@ -43,10 +43,10 @@ void check_pass(Pass pass, std::uint64_t seed, const GemmOptions& opt) {
   const std::int64_t N = B * static_cast<std::int64_t>(1 + rng() % 3), K = B * static_cast<std::int64_t>(1 + rng() % 3);
   const std::vector<std::int32_t> offs = random_offs(rng, E, B, pass == Pass::wgrad);
   const std::int64_t M = offs.back();
-  CAPTURE(pass_name(pass));
+  CAPTURE(std::string(pass_name(pass)));
   CAPTURE(mode_label(opt.mode, opt.promotion));
-  CAPTURE(out_dtype_name(opt.out));
-  CAPTURE(format_name(opt.quant.format));
+  CAPTURE(std::string(out_dtype_name(opt.out)));
+  CAPTURE(std::string(format_name(opt.quant.format)));
   CAPTURE(B);
   CAPTURE(E);
   CAPTURE(N);
@@ -129,8 +129,8 @@ TEST_CASE("simt block GEMM on arbitrary codes, NaN and Inf included, matches the
   std::mt19937_64 rng(seed);
   for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
     for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
-      CAPTURE(format_name(f));
-      CAPTURE(promotion_name(p));
+      CAPTURE(std::string(format_name(f)));
+      CAPTURE(std::string(promotion_name(p)));
       const GemmOptions opt = options(p, OutDtype::fp32, f, 128);
       const std::int64_t rows = 70, cols = 130, kc = 384, nkb = kc / 128;
       std::vector<std::uint8_t> lc(static_cast<std::size_t>(rows * kc)), rc(static_cast<std::size_t>(cols * kc));

@@ -70,10 +70,10 @@ TEST_CASE("op scenarios on cuda-simt equal the reference backend bitwise; GPU hp
     for (Promotion promo : {Promotion::deepgemm, Promotion::cublas}) {
       const std::uint64_t seed = test::seed_for(700 + n++);
       CAPTURE(std::string(c.mesh));
-      CAPTURE(pass_name(c.pass));
+      CAPTURE(std::string(pass_name(c.pass)));
       CAPTURE(std::string(c.lhs));
       CAPTURE(std::string(c.rhs));
-      CAPTURE(promotion_name(promo));
+      CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(seed);
       const OpScenario sc = scenario(c.mesh, c.pass, c.lhs, c.rhs, c.shape, c.offs, seed, promo);
       const OpRun want = run_op(sc, *cpu), got = run_op(sc, *gpu);
@@ -96,7 +96,7 @@ TEST_CASE("op scenarios on cuda-cublaslt stay >= 35 dB from the reference promot
   for (const OpCase& c : kOps) {
     const std::uint64_t seed = test::seed_for(750 + n++);
     CAPTURE(std::string(c.mesh));
-    CAPTURE(pass_name(c.pass));
+    CAPTURE(std::string(pass_name(c.pass)));
     CAPTURE(seed);
     const OpScenario sc = scenario(c.mesh, c.pass, c.lhs, c.rhs, c.shape, c.offs, seed, Promotion::cublas);
     const OpRun want = run_op(sc, *cpu), got = run_op(sc, *gpu);
@@ -128,7 +128,7 @@ TEST_CASE("layer plans on cuda-simt equal the reference backend bitwise") {
       c.gemm.promotion = promo;
       c.lr = 0.5f;
       CAPTURE(std::string(pl.plan));
-      CAPTURE(promotion_name(promo));
+      CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(c.seed);
       const LayerRun want = run_layer_plan(c);
       c.backend = "cuda-simt";

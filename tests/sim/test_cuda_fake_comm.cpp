@@ -694,11 +694,11 @@ TEST_CASE("fake-gpu: op scenarios with Partial outputs on cuda-simt equal the re
     for (Promotion promo : {Promotion::deepgemm, Promotion::cublas}) {
       const std::uint64_t seed = test::seed_for(salt++);
       CAPTURE(std::string(c.mesh));
-      CAPTURE(pass_name(c.pass));
+      CAPTURE(std::string(pass_name(c.pass)));
       CAPTURE(std::string(c.lhs));
       CAPTURE(std::string(c.rhs));
       CAPTURE(reduce_str(c.reduce));
-      CAPTURE(promotion_name(promo));
+      CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(seed);
       const OpScenario sc = op_scenario(c, seed, promo);
       const Mesh m = Mesh::parse(c.mesh);
@@ -813,10 +813,10 @@ TEST_CASE("fake-gpu: layer plans on cuda-simt equal the reference backend on the
       const std::uint64_t seed = test::seed_for(salt++);
       CAPTURE(std::string(p.mesh));
       CAPTURE(std::string(p.plan));
-      CAPTURE(gather_dtype_name(p.gather));
+      CAPTURE(std::string(gather_dtype_name(p.gather)));
       CAPTURE(p.fp8_dispatch);
       CAPTURE(reduce_str(p.reduce));
-      CAPTURE(promotion_name(promo));
+      CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(ragged);
       CAPTURE(seed);
       LayerConfig c = layer_config(p, seed, promo, ragged);
