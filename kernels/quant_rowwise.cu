@@ -1,51 +1,71 @@
-// 1 x B groups of consecutive elements (the act lhs 1x128 recipe): a warp quantizes a group at a
-// time, each lane loading B/32 consecutive elements as one vector, so a warp reads the group in one
-// coalesced pass; it loads kUnroll groups before computing so that their loads overlap.
-// Measured on the H200 (fp32 in, 16384 x 7168): ~0.39 ms, compute-bound on the shared integer
-// codec (fp8_encode): the hardware cvt.rn.satfinite on the clamped value gave the same codes
-// for all 2^32 inputs (NaN sign aside) in half the time, but is a second codec (DESIGN.md 2).
+// 1 x B groups of consecutive elements (the act lhs 1x128 recipe). Every lane moves 16-byte
+// vectors (8 bf16 or 4 fp32); a group is kLanes lanes (B/8 or B/4, at most 32) and a warp
+// quantizes 32/kLanes groups per step, kSteps steps' loads in flight before any is used (64 bytes
+// per lane). amax is the integer max of magnitude bits (quant_device.cuh) reduced with
+// shuffles (or one redux when a group is the whole warp), the scale is block_scale's device path
+// (one fp32 division), codes come two at a time from quantize_pair's satfinite cvt.
+// Measured on the H200 (results/bench/2026-12-04-h200-gpu-round3): 98.5% (bf16) and 99.5% (fp32)
+// of a device copy; the previous version (4 bytes per lane, amax_update on floats, a double
+// division and a scalar cvt per element) was instruction-bound at 47% and 74% (2026-12-03-h200-gpu-round2).
 #include "kernels/quant_device.cuh"
 #include "kernels/quantize.hpp"
 
 namespace fp8moe::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-// Groups in flight per warp: 32 bytes per lane for fp32 (2 x 4 floats); bf16 loads half as many
-// bytes per group, so twice the groups (measured 45% of the copy with 2 on the H200).
-template <class T>
-constexpr int kUnroll = sizeof(T) == 2 ? 4 : 2;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+template <class T, int B>
+struct RowCfg {
+  static constexpr int V = dev::kVecElems<T>;
+  static constexpr int kLanes = B / V < 32 ? B / V : 32;  // lanes per group
+  static constexpr int kVecs = B / (V * kLanes);          // vectors per lane and group (fp32 B=256: 2)
+  static constexpr int kGroupsPerWarp = 32 / kLanes;      // groups per step
+  static constexpr int kSteps = 4 / kVecs;                // steps in flight
+  static constexpr int kGroupsPerIter = kGroupsPerWarp * kSteps;
+  static_assert(B % V == 0 && kLanes * V * kVecs == B && kSteps >= 1, "block size");
+};
 
 // x (groups, B) -> codes (groups, B), scales (groups)
 template <class T, int B, Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
     quant_rowwise_kernel(const T* __restrict__ x, std::int64_t groups, std::uint8_t* __restrict__ codes,
                          float* __restrict__ scales, bool pow2) {
-  static_assert(B % 32 == 0 && B / 32 <= 8, "a lane holds B/32 <= 8 elements");
-  constexpr int V = B / 32;
-  const int lane = threadIdx.x & 31;
-  // kUnroll consecutive groups per warp and iteration: their loads are in flight together.
-  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32) * kUnroll<T>;
-  for (std::int64_t g0 = (static_cast<std::int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5)) * kUnroll<T>;
-       g0 < groups; g0 += step) {
-    float v[kUnroll<T>][V];
+  using C = RowCfg<T, B>;
+  constexpr int V = C::V;
+  const int lane = threadIdx.x & 31, sub = lane % C::kLanes, gw = lane / C::kLanes;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * kWarps * C::kGroupsPerIter;
+  for (std::int64_t g0 = (static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * C::kGroupsPerIter;
+       g0 < groups; g0 += step) {  // g0 is uniform across the warp: every lane reaches the shuffles
+    uint4 raw[C::kSteps][C::kVecs];
 #pragma unroll
-    for (int u = 0; u < kUnroll<T>; ++u) {
-      if (g0 + u < groups) dev::load_vec<T, V>(x + (g0 + u) * B + lane * V, v[u]);
+    for (int s = 0; s < C::kSteps; ++s) {
+      const std::int64_t g = g0 + s * C::kGroupsPerWarp + gw;
+#pragma unroll
+      for (int v = 0; v < C::kVecs; ++v) {
+        raw[s][v] = g < groups ? dev::load16(x + g * B + (v * C::kLanes + sub) * V) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll<T>; ++u) {
-      if (g0 + u >= groups) break;  // uniform across the warp
-      float amax = 0.0f;
+    for (int s = 0; s < C::kSteps; ++s) {
+      const std::int64_t g = g0 + s * C::kGroupsPerWarp + gw;
+      std::uint32_t a = dev::vec_amax_bits<T>(raw[s][0]);
 #pragma unroll
-      for (int j = 0; j < V; ++j) amax = amax_update(amax, v[u][j]);
-      amax = dev::warp_amax(amax);
-      const BlockScale bs = block_scale(amax, F, pow2);
-      std::uint8_t q[V];
+      for (int v = 1; v < C::kVecs; ++v) a = max(a, dev::vec_amax_bits<T>(raw[s][v]));
+      if constexpr (C::kLanes == 32) {
+        a = __reduce_max_sync(0xffffffffu, a);
+      } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) q[j] = quantize_element(v[u][j], bs.scale, F);
-      dev::store_vec<V>(codes + (g0 + u) * B + lane * V, q);
-      if (lane == 0) scales[g0 + u] = bs.s_inv;
+        for (int o = C::kLanes / 2; o > 0; o >>= 1) a = max(a, __shfl_xor_sync(0xffffffffu, a, o));
+      }
+      const BlockScale bs = block_scale(__uint_as_float(a), F, pow2);
+      if (g < groups) {
+#pragma unroll
+        for (int v = 0; v < C::kVecs; ++v) {
+          dev::store_codes<T>(codes + g * B + (v * C::kLanes + sub) * V, dev::quantize_vec<T, F>(raw[s][v], bs.scale));
+        }
+        if (sub == 0) scales[g] = bs.s_inv;
+      }
     }
   }
 }
@@ -53,7 +73,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int B>
 void launch(const T* x, std::int64_t groups, std::uint8_t* codes, float* scales, const QuantOptions& opt,
             cudaStream_t stream) {
-  const std::int64_t per_block = kThreads / 32 * kUnroll<T>, want = (groups + per_block - 1) / per_block;
+  const std::int64_t per_block = kWarps * RowCfg<T, B>::kGroupsPerIter, want = (groups + per_block - 1) / per_block;
   const int blocks = static_cast<int>(want < 65536 ? want : 65536);
   // The format is a template argument so that fp8_spec() folds into constants in the codec.
   if (opt.format == Fp8Format::e4m3) {

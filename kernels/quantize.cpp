@@ -2,6 +2,8 @@
 // the dispatch of each recipe to its kernel.
 #include "kernels/quantize.hpp"
 
+#include <cstdint>
+
 namespace fp8moe::kernels {
 namespace {
 
@@ -68,6 +70,12 @@ template <class T>
 void quantize_into(Recipe r, const T* x, const std::vector<std::int64_t>& s, std::span<const std::int32_t> offs,
                    std::uint8_t* codes, float* scales, const QuantOptions& opt, cudaStream_t stream) {
   (void)quant_layout(r, s, offs, opt);  // preconditions
+  // The kernels move 16-byte vectors of x and 4- to 16-byte runs of codes (cudaMalloc gives 256).
+  const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 != 0; };
+  if (misaligned(x) || misaligned(codes)) {
+    fail("quantize ", recipe_name(r), ": x (", static_cast<const void*>(x), ") and codes (", static_cast<void*>(codes),
+         ") must be 16-byte aligned: pass buffers from cudaMalloc, or offsets that are multiples of 16 bytes");
+  }
   switch (r) {
     case Recipe::act_lhs: return launch_quant_rowwise(x, s[0] * (s[1] / opt.block), codes, scales, opt, stream);
     case Recipe::act_rhs:

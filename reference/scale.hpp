@@ -27,15 +27,37 @@ struct BlockScale {
   float s_inv;  // stored (dequantize) scale
 };
 
-FP8MOE_HD BlockScale block_scale(float amax, Fp8Format f, bool pow2) {
-  // torch.clamp(min=1e-12) keeps NaN; Inf stays Inf (scale 0, codes NaN or garbage: reported).
-  if (!(amax != amax) && amax < kAmaxFloor) amax = kAmaxFloor;
-  float scale = static_cast<float>(static_cast<double>(fp8_max(f)) / static_cast<double>(amax));
+FP8MOE_HD float pow2_floor_scale(float scale, bool pow2) {
   if (pow2 && scale == scale && scale > 0.0f && f32_bits(scale) < 0x7f800000u) {
     // TransformerEngine: round the multiplier down to a power of two, so s_inv is exact.
     scale = f32_from_bits(f32_bits(scale) & 0xff800000u);
   }
+  return scale;
+}
+
+// The formula as written above, in double: the host's block_scale, and the device check's oracle.
+FP8MOE_HD BlockScale block_scale_f64(float amax, Fp8Format f, bool pow2) {
+  // torch.clamp(min=1e-12) keeps NaN; Inf stays Inf (scale 0, codes NaN or garbage: reported).
+  if (!(amax != amax) && amax < kAmaxFloor) amax = kAmaxFloor;
+  const float scale =
+      pow2_floor_scale(static_cast<float>(static_cast<double>(fp8_max(f)) / static_cast<double>(amax)), pow2);
   return BlockScale{scale, 1.0f / scale};
+}
+
+FP8MOE_HD BlockScale block_scale(float amax, Fp8Format f, bool pow2) {
+#if defined(__CUDA_ARCH__)
+  // Device: one correctly rounded fp32 division instead of a double one. The quotient of two
+  // floats rounded to double and then to float equals the quotient rounded to float once
+  // (double rounding is innocuous for division when 53 >= 2*24 + 2, Figueroa 1995), and
+  // 448 / FLT_MAX and 57344 / 1e-12 are normal floats, so no underflow breaks it. Checked on the
+  // GPU against block_scale_f64 for every positive float amax, both formats, pow2 on and off
+  // (tests/kernels/test_kernels_codec.cpp).
+  if (!(amax != amax) && amax < kAmaxFloor) amax = kAmaxFloor;
+  const float scale = pow2_floor_scale(__fdiv_rn(fp8_max(f), amax), pow2);
+  return BlockScale{scale, __frcp_rn(scale)};
+#else
+  return block_scale_f64(amax, f, pow2);
+#endif
 }
 
 // Quantize one element with its group's multiplier. The clamp before the cast makes the cast's
@@ -54,5 +76,20 @@ FP8MOE_HD std::uint8_t quantize_element(float x, float scale, Fp8Format f) {
 #endif
   return fp8_encode(y, f, Overflow::torch);
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// Device: quantize_element of two elements with one paired cvt.rn.satfinite and no clamp
+// (saturation to +-max is what the clamp does; the two can differ only for NaN, which the
+// satfinite cvt turns into the positive NaN code). Byte 0 is `lo`'s code, byte 1 `hi`'s. For
+// every fp32 input the code equals quantize_element's, or both are NaN codes of f (checked on
+// the GPU over all 2^32 inputs in both byte positions, tests/kernels/test_kernels_codec.cpp).
+// The quantizers compare NaN codes as equal (DESIGN.md 3.2: a non-finite block is reported;
+// x86 and the GPU propagate NaN signs differently anyway).
+template <Fp8Format F>
+__device__ __forceinline__ std::uint16_t quantize_pair(float lo, float lo_scale, float hi, float hi_scale) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo * lo_scale, hi * hi_scale), __NV_SATFINITE,
+                                  F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2);
+}
+#endif
 
 }  // namespace fp8moe

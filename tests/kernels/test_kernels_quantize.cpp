@@ -75,7 +75,7 @@ struct Case {
 };
 
 // Shapes per recipe for block B: ragged M (a partial last block, and M < B), K not a multiple of 4
-// where the recipe allows it, E > 1 for weights, empty experts for the K-grouped recipes.
+// where the recipe allows it (the kernels' element-by-element paths), E > 1 for weights, empty experts for the K-grouped recipes.
 std::vector<Case> cases_for(Recipe r, int B) {
   if (is_weight(r)) return {{{3, 2 * B, 3 * B}, {}}, {{1, B, B}, {}}};
   if (is_kgrouped(r)) {
@@ -84,7 +84,9 @@ std::vector<Case> cases_for(Recipe r, int B) {
             {{0, 64}, {0, 0}}};                    // no tokens at all
   }
   if (r == Recipe::act_lhs) return {{{3 * B + 17, 2 * B}, {}}, {{5, B}, {}}, {{0, B}, {}}};
-  return {{{3 * B + 17, 2 * B + 4}, {}}, {{5, 2 * B + 3}, {}}, {{2 * B, 131}, {}}};
+  // and one where rows and columns allow the kernels' vector paths (M % 16 == 0, K % 8 == 0) with
+  // a partial last row block and a partial last 128-column block
+  return {{{3 * B + 17, 2 * B + 4}, {}}, {{5, 2 * B + 3}, {}}, {{2 * B, 131}, {}}, {{3 * B + 48, 2 * B + 8}, {}}};
 }
 
 TEST_CASE("every GPU quantizer is bitwise the CPU's: recipes x blocks x pow2 x formats x input dtypes") {
@@ -161,6 +163,9 @@ TEST_CASE("GPU quantizers reject what the CPU rejects, naming the dim") {
                        doctest::Contains("expert 0 has 100 tokens"), Error);
   CHECK_THROWS_WITH_AS(kernels::quantize<float>(Recipe::act_rhs, d.get(), {1000, 100}, {}, QuantOptions{96}),
                        doctest::Contains("block size 96"), Error);
+  // the kernels move 16-byte vectors: an offset pointer is refused, not read misaligned
+  CHECK_THROWS_WITH_AS(kernels::quantize<float>(Recipe::act_rhs, d.get() + 1, {999, 100}, {}, opt),
+                       doctest::Contains("must be 16-byte aligned"), Error);
 }
 
 }  // namespace
