@@ -3,7 +3,9 @@
 // the simt promote-fp32 kernel and the GPU hp64 reference are correctness kernels (CUDA cores, a
 // few TFLOP/s, seconds per production-shape call), so they run at (4, 1024, 1024, 1024) instead.
 // Operands are quantized once before timing (the quantizers have their own table); a timed
-// cublaslt call includes its scale relayouts. Data: kernels/datagen normal, fp32.
+// cublaslt call includes its scale relayouts. Baseline, timed in the same run on the same codes
+// and shapes: the same per-expert cuBLASLt loop with per-tensor FP8 scaling (LtScaling::
+// per_tensor), so "vs per-tensor" is what block scaling costs. Data: kernels/datagen normal, fp32.
 #include <cstdio>
 #include <string>
 
@@ -24,12 +26,19 @@ struct Shape {
 
 int g_row = 0;
 
-void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms) {
-  const double M = static_cast<double>(s.E * s.Me);
-  const double tflops = 2.0 * M * static_cast<double>(s.N) * static_cast<double>(s.K) / (ms * 1e-3) / 1e12;
-  std::printf("| %-13s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f |\n", backend, pass_name(p),
+double tflops_of(const Shape& s, double ms) {
+  return 2.0 * static_cast<double>(s.E * s.Me) * static_cast<double>(s.N) * static_cast<double>(s.K) / (ms * 1e-3) / 1e12;
+}
+
+// One table row; base_ms > 0: the per-tensor baseline's median of the same pass and shape.
+void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, double base_ms = 0) {
+  const double tflops = tflops_of(s, ms);
+  const double base = base_ms > 0 ? tflops_of(s, base_ms) : 0;
+  char extra[64] = "|          - |      - |";
+  if (base_ms > 0) std::snprintf(extra, sizeof extra, "| %10.1f | %5.1f%% |", base, 100.0 * tflops / base);
+  std::printf("| %-13s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s\n", backend, pass_name(p),
               static_cast<long long>(s.E), static_cast<long long>(s.Me), static_cast<long long>(s.N),
-              static_cast<long long>(s.K), ms, tflops);
+              static_cast<long long>(s.K), ms, tflops, extra);
   std::fflush(stdout);
   if (!rows) return;
   char name[32];
@@ -44,6 +53,12 @@ void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms
   g.set_attr("median_ms", ms);
   g.set_attr("tflops", tflops);
   g.set_attr("runs", kRuns);
+  if (base_ms > 0) {
+    g.set_attr("baseline", "cublaslt per-tensor FP8, same codes and shapes");
+    g.set_attr("baseline_median_ms", base_ms);
+    g.set_attr("baseline_tflops", base);
+    g.set_attr("ratio_to_baseline", tflops / base);
+  }
 }
 
 std::vector<std::int32_t> uniform_offs(const Shape& s) {
@@ -79,7 +94,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
       w_q = quantize<float>(Recipe::weight_fwd, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
     }
     DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(M * s.N));
-    row(rows, "cublaslt", Pass::fwd, s, median_ms([&] { lt.fwd(a_q, w_q, offs, opt, out.get()); }));
+    const double blk = median_ms([&] { lt.fwd(a_q, w_q, offs, opt, out.get()); });
+    const double pt = median_ms([&] { lt.fwd(a_q, w_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
+    row(rows, "cublaslt", Pass::fwd, s, blk, pt);
   }
   {  // dgrad: dOut (M,N) 1x128, W (E,N,K) as 128x128T (E,K,N) -> (M,K) bf16
     require_device_memory(estimate(M * s.N + s.E * s.N * s.K, M * s.K, 2), shape_name("cublaslt dgrad", s));
@@ -93,7 +110,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
       w_q = quantize<float>(Recipe::weight_dgrad, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
     }
     DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(M * s.K));
-    row(rows, "cublaslt", Pass::dgrad, s, median_ms([&] { lt.dgrad(g_q, w_q, offs, opt, out.get()); }));
+    const double blk = median_ms([&] { lt.dgrad(g_q, w_q, offs, opt, out.get()); });
+    const double pt = median_ms([&] { lt.dgrad(g_q, w_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
+    row(rows, "cublaslt", Pass::dgrad, s, blk, pt);
   }
   {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16
     require_device_memory(estimate(M * (s.N + s.K), s.E * s.N * s.K, 2), shape_name("cublaslt wgrad", s));
@@ -107,7 +126,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
       a_q = quantize<float>(Recipe::kgrouped_lhs, a.get(), {M, s.K}, offs, opt.quant);
     }
     DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(s.E * s.N * s.K));
-    row(rows, "cublaslt", Pass::wgrad, s, median_ms([&] { lt.wgrad(g_q, a_q, offs, opt, out.get()); }));
+    const double blk = median_ms([&] { lt.wgrad(g_q, a_q, offs, opt, out.get()); });
+    const double pt = median_ms([&] { lt.wgrad(g_q, a_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
+    row(rows, "cublaslt", Pass::wgrad, s, blk, pt);
   }
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after cublaslt", s));
 }
@@ -143,8 +164,8 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 }  // namespace
 
 void bench_gemms(h5::Group* rows) {
-  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  |\n");
-  std::printf("|---------------|-------|-----------------------|-----------|----------|\n");
+  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | per-tensor | ratio  |\n");
+  std::printf("|---------------|-------|-----------------------|-----------|----------|------------|--------|\n");
   CublasLtGrouped lt;
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
                          Shape{16, 2048, 5120, 8192}}) {

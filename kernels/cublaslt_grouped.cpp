@@ -33,6 +33,9 @@ namespace {
 
 constexpr std::int32_t kVec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
 constexpr std::int32_t kBlk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+constexpr std::int32_t kScalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+
+const char* scale_mode_name(std::int32_t m) { return m == kBlk ? "128x128" : m == kVec ? "1x128" : "per-tensor"; }
 
 std::int64_t dim(const std::vector<std::int64_t>& s, std::size_t i) { return s.at(i); }
 
@@ -83,6 +86,11 @@ float* CublasLtGrouped::scratch(int which, std::size_t n) {
   return b.get();
 }
 
+const float* CublasLtGrouped::unit_scale() {
+  if (one_.size() == 0) one_ = DeviceBuffer<float>(std::vector<float>{1.0f});
+  return one_.get();
+}
+
 CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass, const float* a_scale,
                                               const float* b_scale) {
   auto it = plans_.find(key);
@@ -90,7 +98,7 @@ CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass, c
   const auto [m, n, k, lda, ldb, ldd, amode, bmode, dtype] = key;
   auto p = std::make_unique<Plan>();
   p->shape = cat(pass, " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldd=", ldd,
-                 " A scale ", amode == kBlk ? "128x128" : "1x128", ", B scale 1x128, D ",
+                 " A scale ", scale_mode_name(amode), ", B scale ", scale_mode_name(bmode), ", D ",
                  dtype == CUDA_R_16BF ? "bf16" : "fp32");
   FP8MOE_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), p->shape);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -147,7 +155,7 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
 }
 
 void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
-                          const GemmOptions& opt, void* out, cudaStream_t stream) {
+                          const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling) {
   check_q(A_q, "1x128", "cublaslt fwd: A");
   check_q(W_q, "128x128", "cublaslt fwd: W");
   check_opt("fwd", opt, A_q, W_q);
@@ -161,18 +169,21 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
   check_ld("fwd", "N", N);
   const std::int64_t kb = K / 128, nb = N / 128, pitch = blk_scale_pitch(kb);
   const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
-  float* a_s = scratch(0, static_cast<std::size_t>(E * nb * pitch));
-  float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
-  relayout_blk_scales(W_q.scales.get(), E * nb, kb, a_s, stream);
-  relayout_vec_scales(A_q.scales.get(), offs, kb, voff, b_s, stream);
+  const bool blk = scaling == LtScaling::block;
+  float* a_s = blk ? scratch(0, static_cast<std::size_t>(E * nb * pitch)) : nullptr;
+  float* b_s = blk ? scratch(1, static_cast<std::size_t>(voff.back())) : nullptr;
+  if (blk) {
+    relayout_blk_scales(W_q.scales.get(), E * nb, kb, a_s, stream);
+    relayout_vec_scales(A_q.scales.get(), offs, kb, voff, b_s, stream);
+  }
   const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   auto* o = static_cast<std::uint8_t*>(out);
   std::int64_t s = 0;
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     if (Me > 0) {
-      const float *sa = a_s + e * nb * pitch, *sb = b_s + voff[e];
-      Plan& p = plan({N, Me, K, K, K, N, kBlk, kVec, dtype}, "fwd", sa, sb);
+      const float *sa = blk ? a_s + e * nb * pitch : unit_scale(), *sb = blk ? b_s + voff[e] : unit_scale();
+      Plan& p = plan({N, Me, K, K, K, N, blk ? kBlk : kScalar, blk ? kVec : kScalar, dtype}, "fwd", sa, sb);
       matmul(p, W_q.codes.get() + e * N * K, sa, A_q.codes.get() + s * K, sb, o + s * N * out_elem(opt.out), stream,
              "fwd", e);
     }
@@ -182,7 +193,7 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
 
 void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, LtScaling scaling) {
   check_q(dOut_q, "1x128", "cublaslt dgrad: dOut");
   check_q(W_q, "128x128T", "cublaslt dgrad: W (dgrad orientation)");
   check_opt("dgrad", opt, dOut_q, W_q);
@@ -197,18 +208,21 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
   // contraction N: W^T codes (E,K,N), scales (E, K/128, N/128)
   const std::int64_t cb = N / 128, kb = K / 128, pitch = blk_scale_pitch(cb);
   const std::vector<std::int64_t> voff = vec_scale_offsets(offs, cb);
-  float* a_s = scratch(0, static_cast<std::size_t>(E * kb * pitch));
-  float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
-  relayout_blk_scales(W_q.scales.get(), E * kb, cb, a_s, stream);
-  relayout_vec_scales(dOut_q.scales.get(), offs, cb, voff, b_s, stream);
+  const bool blk = scaling == LtScaling::block;
+  float* a_s = blk ? scratch(0, static_cast<std::size_t>(E * kb * pitch)) : nullptr;
+  float* b_s = blk ? scratch(1, static_cast<std::size_t>(voff.back())) : nullptr;
+  if (blk) {
+    relayout_blk_scales(W_q.scales.get(), E * kb, cb, a_s, stream);
+    relayout_vec_scales(dOut_q.scales.get(), offs, cb, voff, b_s, stream);
+  }
   const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   auto* o = static_cast<std::uint8_t*>(out);
   std::int64_t s = 0;
   for (std::int64_t e = 0; e < E; ++e) {
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     if (Me > 0) {
-      const float *sa = a_s + e * kb * pitch, *sb = b_s + voff[e];
-      Plan& p = plan({K, Me, N, N, N, K, kBlk, kVec, dtype}, "dgrad", sa, sb);
+      const float *sa = blk ? a_s + e * kb * pitch : unit_scale(), *sb = blk ? b_s + voff[e] : unit_scale();
+      Plan& p = plan({K, Me, N, N, N, K, blk ? kBlk : kScalar, blk ? kVec : kScalar, dtype}, "dgrad", sa, sb);
       matmul(p, W_q.codes.get() + e * K * N, sa, dOut_q.codes.get() + s * N, sb, o + s * K * out_elem(opt.out), stream,
              "dgrad", e);
     }
@@ -218,7 +232,7 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
 
 void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, LtScaling scaling) {
   check_q(dOutT_q, "kgrouped-lhs", "cublaslt wgrad: dOut^T");
   check_q(AT_q, "kgrouped-lhs", "cublaslt wgrad: A^T");
   check_opt("wgrad", opt, dOutT_q, AT_q);
@@ -232,10 +246,13 @@ void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantize
   const std::int64_t E = static_cast<std::int64_t>(offs.size()), mb = M / 128;
   // 1x128-along-tokens scales (D, M/128) -> (M/128, D): expert e's (M_e/128, D) block starts at
   // row s/128, so the transpose is cuBLASLt's VEC128 layout for every expert at once.
-  float* a_s = scratch(0, static_cast<std::size_t>(mb * K));
-  float* b_s = scratch(1, static_cast<std::size_t>(mb * N));
-  transpose_scales(AT_q.scales.get(), K, mb, a_s, stream);
-  transpose_scales(dOutT_q.scales.get(), N, mb, b_s, stream);
+  const bool blk = scaling == LtScaling::block;
+  float* a_s = blk ? scratch(0, static_cast<std::size_t>(mb * K)) : nullptr;
+  float* b_s = blk ? scratch(1, static_cast<std::size_t>(mb * N)) : nullptr;
+  if (blk) {
+    transpose_scales(AT_q.scales.get(), K, mb, a_s, stream);
+    transpose_scales(dOutT_q.scales.get(), N, mb, b_s, stream);
+  }
   const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const std::size_t es = out_elem(opt.out);
   auto* o = static_cast<std::uint8_t*>(out);
@@ -244,8 +261,9 @@ void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantize
     const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
     std::uint8_t* dw = o + static_cast<std::size_t>(e * N * K) * es;
     if (Me > 0) {
-      const float *sa = a_s + (s / 128) * K, *sb = b_s + (s / 128) * N;
-      Plan& p = plan({K, N, Me, M, M, K, kVec, kVec, dtype}, "wgrad", sa, sb);
+      const float *sa = blk ? a_s + (s / 128) * K : unit_scale(), *sb = blk ? b_s + (s / 128) * N : unit_scale();
+      const std::int32_t mode = blk ? kVec : kScalar;
+      Plan& p = plan({K, N, Me, M, M, K, mode, mode, dtype}, "wgrad", sa, sb);
       matmul(p, AT_q.codes.get() + s, sa, dOutT_q.codes.get() + s, sb, dw, stream, "wgrad", e);
     } else if (N * K > 0) {
       // An empty expert's dW is zero, as on the CPU (a zero-length contraction).

@@ -23,6 +23,11 @@
 // (e4m3, block 128, 16-byte alignment of every expert's operand, fwd/dgrad expert rows a multiple
 // of kLtRowMultiple) are checked on the host with messages naming the dim and value. Arithmetic: cuBLASLt's own tensor-core promotion, compared
 // with reference/'s promote-fp32/cublas in tests/kernels/test_kernels_cublaslt.cpp.
+//
+// LtScaling::per_tensor runs the same loops on the same codes with cuBLASLt's per-tensor FP8
+// scaling and scales of 1 (D = A_codes . B_codes, the block scales ignored): the speed baseline of
+// fp8moe-bench-kernels (what block scaling costs against plain FP8 GEMMs of the same shapes),
+// checked against a CPU product of the decoded codes in test_kernels_cublaslt.cpp.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +54,8 @@ inline constexpr std::int32_t kLtRowMultiple = 4;
 // FP8 cuBLASLt combination, the scale modes are 128-wide only, fp64 output does not exist.
 std::string cublaslt_unsupported(const QuantOptions& q, OutDtype out);
 
+enum class LtScaling { block, per_tensor };
+
 class CublasLtGrouped {
  public:
   explicit CublasLtGrouped(std::size_t workspace_bytes = std::size_t{32} << 20);
@@ -57,11 +64,11 @@ class CublasLtGrouped {
   CublasLtGrouped& operator=(const CublasLtGrouped&) = delete;
 
   void fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
-           const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+           const GemmOptions& opt, void* out, cudaStream_t stream = nullptr, LtScaling scaling = LtScaling::block);
   void dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
-             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr, LtScaling scaling = LtScaling::block);
   void wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q, std::span<const std::int32_t> offs,
-             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
+             const GemmOptions& opt, void* out, cudaStream_t stream = nullptr, LtScaling scaling = LtScaling::block);
 
   std::size_t cached_plans() const { return plans_.size(); }
 
@@ -73,10 +80,12 @@ class CublasLtGrouped {
   void matmul(Plan& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
               cudaStream_t stream, const char* pass, std::int64_t expert);
   float* scratch(int which, std::size_t n);  // scale buffer `which` (0: A, 1: B) of at least n floats
+  const float* unit_scale();                  // a device 1.0f (the per-tensor scales)
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<std::uint8_t> workspace_;
   DeviceBuffer<float> scales_[2];
+  DeviceBuffer<float> one_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -1,7 +1,8 @@
 // The cuBLASLt block-scaled grouped passes (kernels/cublaslt_grouped.hpp, through the
 // cuda-cublaslt backend so that token padding is the backend's): against reference/'s
 // promote-fp32/cublas (the bitwise-equal fraction is printed; SQNR >= 35 dB, DESIGN.md 3.8 "a
-// tensor-core kernel vs the emulated path") and against hp64 at torchao's op-level floors.
+// tensor-core kernel vs the emulated path") and against hp64 at torchao's op-level floors; the
+// per-tensor mode (fp8moe-bench-kernels' baseline) against a CPU product of the decoded codes.
 // Label gpu: exits 77 without a device.
 #include <doctest/doctest.h>
 
@@ -11,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cublaslt_grouped.hpp"
+#include "kernels/quantize.hpp"
 #include "reference/metrics.hpp"
 #include "sim/backend/backend.hpp"
 #include "support/test_support.hpp"
@@ -131,6 +134,92 @@ TEST_CASE("cuBLASLt grouped passes vs hp64 meet the torchao op-level floors (DES
         CHECK(db >= floor);
       }
     }
+  }
+}
+
+// sum_k a(r, k) * b(c, k) over the decoded codes, in double: out(r, c) for a (R, ld, at a0) and
+// b (C, ld, at b0), both K-contiguous with K elements from column k0.
+std::vector<double> code_product(const std::vector<std::uint8_t>& a, std::int64_t a0, std::int64_t R,
+                                 const std::vector<std::uint8_t>& b, std::int64_t b0, std::int64_t C, std::int64_t ld,
+                                 std::int64_t K) {
+  std::vector<double> out(static_cast<std::size_t>(R * C));
+  for (std::int64_t r = 0; r < R; ++r) {
+    for (std::int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        acc += static_cast<double>(fp8_decode(a[static_cast<std::size_t>(a0 + r * ld + k)], Fp8Format::e4m3)) *
+               fp8_decode(b[static_cast<std::size_t>(b0 + c * ld + k)], Fp8Format::e4m3);
+      }
+      out[static_cast<std::size_t>(r * C + c)] = acc;
+    }
+  }
+  return out;
+}
+
+TEST_CASE("cuBLASLt per-tensor mode (the bench baseline) is the product of the codes, block scales ignored") {
+  const std::uint64_t seed = test::seed_for(603);
+  CAPTURE(seed);
+  const std::int64_t N = 256, K = 384;
+  const std::vector<std::int32_t> offs{256, 256, 640};  // expert 1 empty
+  const std::int64_t M = offs.back(), E = static_cast<std::int64_t>(offs.size());
+  GemmOptions opt = lt_options(false, OutDtype::fp32);
+  const auto upload = [](const TensorF& t) { return kernels::DeviceBuffer<float>(t.data); };
+  const kernels::DeviceBuffer<float> a = upload(test::random_tensor({M, K}, seed, kTensorA, Dist::normal));
+  const kernels::DeviceBuffer<float> w = upload(test::random_tensor({E, N, K}, seed, kTensorW, Dist::normal));
+  const kernels::DeviceBuffer<float> g = upload(test::random_tensor({M, N}, seed, kTensorGradOut, Dist::normal));
+  using kernels::Recipe;
+  const auto q = [&](Recipe r, const kernels::DeviceBuffer<float>& x, std::vector<std::int64_t> shape) {
+    const bool kg = r == Recipe::kgrouped_lhs;
+    return kernels::quantize<float>(r, x.get(), shape, kg ? std::span<const std::int32_t>(offs) : std::span<const std::int32_t>{},
+                                    opt.quant);
+  };
+  kernels::CublasLtGrouped lt;
+  const auto check = [&](const char* pass, const std::vector<double>& want, const kernels::DeviceBuffer<float>& got_d) {
+    CAPTURE(pass);
+    const std::vector<float> got_f = got_d.download();
+    const std::vector<double> got(got_f.begin(), got_f.end());
+    const Metrics m = compare(want, got);
+    std::printf("cublaslt per-tensor vs the codes' product | %-5s | %.2f dB\n", pass, m.sqnr_db);
+    CHECK(m.nonfinite == 0);
+    CHECK(m.sqnr_db >= 35.0);
+  };
+  {  // fwd: out (M,N), expert e's rows against W_e
+    const auto aq = q(Recipe::act_lhs, a, {M, K}), wq = q(Recipe::weight_fwd, w, {E, N, K});
+    kernels::DeviceBuffer<float> out(static_cast<std::size_t>(M * N));
+    lt.fwd(aq, wq, offs, opt, out.get(), nullptr, kernels::LtScaling::per_tensor);
+    const auto ac = aq.codes.download(), wc = wq.codes.download();
+    std::vector<double> want;
+    for (std::int64_t e = 0, s = 0; e < E; s = offs[static_cast<std::size_t>(e)], ++e) {
+      const auto part = code_product(ac, s * K, offs[static_cast<std::size_t>(e)] - s, wc, e * N * K, N, K, K);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    check("fwd", want, out);
+  }
+  {  // dgrad: dA (M,K) against W_e^T (K,N)
+    const auto gq = q(Recipe::act_lhs, g, {M, N}), wq = q(Recipe::weight_dgrad, w, {E, N, K});
+    kernels::DeviceBuffer<float> out(static_cast<std::size_t>(M * K));
+    lt.dgrad(gq, wq, offs, opt, out.get(), nullptr, kernels::LtScaling::per_tensor);
+    const auto gc = gq.codes.download(), wc = wq.codes.download();
+    std::vector<double> want;
+    for (std::int64_t e = 0, s = 0; e < E; s = offs[static_cast<std::size_t>(e)], ++e) {
+      const auto part = code_product(gc, s * N, offs[static_cast<std::size_t>(e)] - s, wc, e * K * N, K, N, N);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    check("dgrad", want, out);
+  }
+  {  // wgrad: dW_e (N,K) = dOut^T (N, tokens of e) . A^T (K, tokens of e)^T; the empty expert's is 0
+    const auto gq = q(Recipe::kgrouped_lhs, g, {M, N}), aq = q(Recipe::kgrouped_lhs, a, {M, K});
+    kernels::DeviceBuffer<float> out(static_cast<std::size_t>(E * N * K));
+    lt.wgrad(gq, aq, offs, opt, out.get(), nullptr, kernels::LtScaling::per_tensor);
+    const auto gc = gq.codes.download(), ac = aq.codes.download();
+    std::vector<double> want;
+    for (std::int64_t e = 0, s = 0; e < E; s = offs[static_cast<std::size_t>(e)], ++e) {
+      const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
+      // rows n of dOut^T and k of A^T, each with stride M, the expert's tokens from column s
+      const auto part = code_product(gc, s, N, ac, s, K, M, Me);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    check("wgrad", want, out);
   }
 }
 
