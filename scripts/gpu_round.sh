@@ -31,6 +31,7 @@ step() {  # step LOG COMMAND...: appends COMMAND's output and exit status to RES
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
   ldd "$bin/fp8moe-bench-kernels" | grep -E 'cublas|cudart|hdf5|not found'
   ldd "$bin/fp8moe" | grep -E 'nccl|mpi|not found'
+  if [[ -f $bin/fp8moe-mpi ]]; then echo "# fp8moe-mpi:"; ldd "$bin/fp8moe-mpi" | grep -E 'mpi|not found'; fi
   echo "# MPI on this machine: $(command -v mpirun || echo 'no mpirun') $(ls /usr/lib/x86_64-linux-gnu/libmpi.so* 2>/dev/null | head -1)"
   "$bin/fp8moe" info
 } >"$res/device.log" 2>&1
@@ -60,6 +61,15 @@ if [[ $what == all || $what == sweeps ]]; then
   step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --mesh fake-gpu --out "$res/ci_cublaslt.h5" --force -q
   step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5"
   step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5"
+  # The real multi-process mesh on this host's CPUs (when the image has Open MPI and the pack has
+  # fp8moe-mpi): 4 ranks, bitwise the CPU baseline, as the CI test comm.mpi_sweep checks.
+  if [[ -f $bin/fp8moe-mpi ]] && command -v mpirun >/dev/null; then
+    step sweeps env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1 \
+      OMPI_MCA_hwloc_base_binding_policy=none OMP_NUM_THREADS=1 \
+      mpirun -np 4 --oversubscribe --allow-run-as-root "$bin/fp8moe" sweep scenarios/ci.ini --mesh mpi \
+      --out "$res/ci_mpi.h5" --force -q
+    step sweeps "$bin/fp8moe" compare "$base" "$res/ci_mpi.h5" --identical
+  fi
   # One production scenario (3 cases) within a time limit: the whole file takes longer than a round.
   step sweeps timeout 240 "$bin/fp8moe" sweep scenarios/production.ini --only deepseek_v3_w2 --out "$res/production.h5" --force
 fi
