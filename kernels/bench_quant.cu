@@ -1,21 +1,23 @@
-// fp8moe-bench-kernels: GB/s of every GPU quantizer next to a device-to-device copy timed in the
-// same run, then the GEMM table of bench_gemm.cu (STYLE.md: reference, variants, validate, bench
-// side by side; the bitwise checks live in tests/kernels/).
+// run_kernel_bench (kernels/bench.hpp: `fp8moe bench`, fp8moe-bench-kernels): GB/s of every GPU
+// quantizer next to a device-to-device copy timed in the same run, then the GEMM table of
+// bench_gemm.cu (STYLE.md: reference, variants, validate, bench side by side; the bitwise checks
+// live in tests/kernels/).
 //   bytes of a quantizer = input read + codes written + scales written
 //   bytes of the copy    = 2 x the quantizer input's size (read + write), same buffer size
 // Timing: CUDA events around each launch, 3 warm-up runs, the median of 30 (bench_util.hpp).
-// Data: the GPU generator (kernels/datagen.hpp), normal, bf16 values. Exits 77 when no CUDA
-// device is present.
-//   fp8moe-bench-kernels [--h5 FILE] [--no-quant] [--no-gemm]
-// --h5 writes one subgroup per table row (attributes as columns) under /quant and /gemm.
+// Data: the GPU generator (kernels/datagen.hpp), normal, bf16 values. Returns 77 when no CUDA
+// device is present. An HDF5 file gets one subgroup per table row (attributes as columns) under
+// /quant and /gemm.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/bench.hpp"
 #include "kernels/bench_util.hpp"
 #include "kernels/check.hpp"
 #include "kernels/datagen.hpp"
@@ -84,76 +86,69 @@ void bench_quant(const QuantCase& c, const char* dtype, const QuantOptions& opt,
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string h5_path;
-  bool quant = true, gemm = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--h5" && i + 1 < argc) {
-      h5_path = argv[++i];
-    } else if (a == "--no-quant") {
-      quant = false;
-    } else if (a == "--no-gemm") {
-      gemm = false;
-    } else {
-      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE] [--no-quant] [--no-gemm]\n");
-      return 2;
-    }
-  }
+namespace fp8moe::kernels {
+
+int run_kernel_bench(const KernelBenchOptions& o) {
   if (cuda_device_count() == 0) {
-    std::printf("fp8moe-bench-kernels: no CUDA device is visible; nothing to measure (exit 77)\n");
-    return 77;
+    std::printf("GPU kernel bench: no CUDA device is visible; nothing to measure (exit %d)\n", kBenchNoDevice);
+    return kBenchNoDevice;
   }
-  try {
-    cudaDeviceProp p{};
-    FP8MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-    std::printf("fp8moe-bench-kernels on %s (sm_%d%d, %d SMs); median of %d runs after %d warm-up, CUDA events\n\n",
-                p.name, p.major, p.minor, p.multiProcessorCount, kRuns, kWarmup);
-    std::optional<h5::File> file;
-    std::optional<h5::Group> qrows, grows;
-    if (!h5_path.empty()) {
-      file.emplace(h5::File::create(h5_path));
-      file->set_attr("device", p.name);
-      file->set_attr("sm", p.major * 10 + p.minor);
-      std::string cmd;
-      for (int i = 0; i < argc; ++i) {
-        if (i) cmd += ' ';
-        cmd += argv[i];
-      }
-      file->set_attr("argv", cmd);
-      file->set_attr("runs", kRuns);
-      file->set_attr("warmup", kWarmup);
-      qrows.emplace(file->create_group("quant"));
-      grows.emplace(file->create_group("gemm"));
+  cudaDeviceProp p{};
+  FP8MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  std::printf("GPU kernel bench on %s (sm_%d%d, %d SMs); median of %d runs after %d warm-up, CUDA events\n\n", p.name,
+              p.major, p.minor, p.multiProcessorCount, kRuns, kWarmup);
+  // The rows go to PATH.partial, renamed to PATH once complete: a failed run leaves no file that
+  // looks like a result (and removes its partial one).
+  const std::string partial = o.h5_path + ".partial";
+  struct Cleanup {
+    const std::string* path = nullptr;
+    ~Cleanup() {
+      if (path) std::filesystem::remove(*path);
     }
-    if (quant) {
-      std::printf("| recipe       | input | shape              |    B | quant ms  | quant GB/s | copy ms   | copy GB/s | q/copy |\n");
-      std::printf("|--------------|-------|--------------------|------|-----------|----------|-----------|----------|--------|\n");
-      const std::int64_t M = 16384, K = 7168, E = 8;
-      std::vector<std::int32_t> offs;
-      for (std::int64_t e = 1; e <= E; ++e) offs.push_back(static_cast<std::int32_t>(e * M / E));
-      const std::vector<QuantCase> cases{
-          {Recipe::act_lhs, {M, K}, {}},          {Recipe::act_rhs, {M, K}, {}},
-          {Recipe::act_lhs_t, {M, K}, {}},        {Recipe::weight_fwd, {E, 2048, K}, {}},
-          {Recipe::weight_dgrad, {E, 2048, K}, {}}, {Recipe::kgrouped_lhs, {M, K}, offs},
-          {Recipe::kgrouped_rhs, {M, K}, offs},
-      };
-      const QuantOptions opt;
-      for (const QuantCase& c : cases) {
-        bench_quant<Bf16Bits>(c, "bf16", opt, qrows ? &*qrows : nullptr);
-        bench_quant<float>(c, "fp32", opt, qrows ? &*qrows : nullptr);
-      }
+  } cleanup;
+  std::optional<h5::File> file;  // closed before `cleanup` runs
+  std::optional<h5::Group> qrows, grows;
+  if (!o.h5_path.empty()) {
+    cleanup.path = &partial;
+    file.emplace(h5::File::create(partial));
+    file->set_attr("device", p.name);
+    file->set_attr("sm", p.major * 10 + p.minor);
+    file->set_attr("argv", o.command);
+    file->set_attr("runs", kRuns);
+    file->set_attr("warmup", kWarmup);
+    qrows.emplace(file->create_group("quant"));
+    grows.emplace(file->create_group("gemm"));
+  }
+  if (o.quant) {
+    std::printf("| recipe       | input | shape              |    B | quant ms  | quant GB/s | copy ms   | copy GB/s | q/copy |\n");
+    std::printf("|--------------|-------|--------------------|------|-----------|----------|-----------|----------|--------|\n");
+    const std::int64_t M = 16384, K = 7168, E = 8;
+    std::vector<std::int32_t> offs;
+    for (std::int64_t e = 1; e <= E; ++e) offs.push_back(static_cast<std::int32_t>(e * M / E));
+    const std::vector<QuantCase> cases{
+        {Recipe::act_lhs, {M, K}, {}},          {Recipe::act_rhs, {M, K}, {}},
+        {Recipe::act_lhs_t, {M, K}, {}},        {Recipe::weight_fwd, {E, 2048, K}, {}},
+        {Recipe::weight_dgrad, {E, 2048, K}, {}}, {Recipe::kgrouped_lhs, {M, K}, offs},
+        {Recipe::kgrouped_rhs, {M, K}, offs},
+    };
+    const QuantOptions opt;
+    for (const QuantCase& c : cases) {
+      bench_quant<Bf16Bits>(c, "bf16", opt, qrows ? &*qrows : nullptr);
+      bench_quant<float>(c, "fp32", opt, qrows ? &*qrows : nullptr);
     }
-    if (gemm) bench::bench_gemms(grows ? &*grows : nullptr);
-    if (file) {
-      qrows.reset();
-      grows.reset();
-      file->set_attr("status", "complete");  // written last (DESIGN.md 5)
-      file->close();
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());
-    return 1;
+  }
+  if (o.gemm) bench::bench_gemms(grows ? &*grows : nullptr);
+  if (file) {
+    qrows.reset();
+    grows.reset();
+    file->set_attr("status", "complete");  // written last (DESIGN.md 5)
+    file->close();
+    file.reset();
+    std::filesystem::rename(partial, o.h5_path);
+    cleanup.path = nullptr;
+    std::printf("\nrows: %s\n", o.h5_path.c_str());
   }
   return 0;
 }
+
+}  // namespace fp8moe::kernels

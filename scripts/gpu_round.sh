@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One round on a GPU machine with the folder scripts/pack_gpu.sh made: unpack, check that the
-# binaries load (ldd), run every GPU test binary, a cuda-simt / cuda-cublaslt `fp8moe run`, and
-# the kernel bench (table + HDF5). Few files come back from the device tool, so the logs are
-# RESULTS_DIR/device.log, tests.log, runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5
+# binaries load (ldd), run every GPU test binary, a cuda-simt / cuda-cublaslt `fp8moe run`, the
+# ci.ini sweeps on every GPU backend and mesh, and the kernel bench (`fp8moe bench`: table + HDF5).
+# Few files come back from the device tool, so the logs are RESULTS_DIR/device.log, tests.log,
+# runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5
 # (the device tool returns at most 8 files: delete the .h5 you do not need before the call ends).
 #   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|all=all]
 # Exit status: the number of steps that failed.
@@ -74,6 +75,6 @@ if [[ $what == all || $what == sweeps ]]; then
   step sweeps timeout 240 "$bin/fp8moe" sweep scenarios/production.ini --only deepseek_v3_w2 --out "$res/production.h5" --force
 fi
 if [[ $what == all || $what == bench ]]; then
-  step bench "$bin/fp8moe-bench-kernels" --h5 "$res/bench-kernels.h5"
+  step bench "$bin/fp8moe" bench --h5 "$res/bench-kernels.h5" --force
 fi
 exit "$failed"

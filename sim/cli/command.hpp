@@ -16,6 +16,7 @@ using Args = std::vector<std::string>;  // the arguments after the subcommand na
 int cmd_quantize(const Args& args);
 int cmd_gemm(const Args& args);
 int cmd_bench_cpu(const Args& args);
+int cmd_bench(const Args& args);
 int cmd_info(const Args& args);
 int cmd_run(const Args& args);
 int cmd_sweep(const Args& args);

@@ -1,0 +1,37 @@
+// `fp8moe bench`: the GPU kernel benchmark (kernels/bench.hpp): quantizer GB/s next to a
+// device-to-device copy, fwd/dgrad/wgrad TFLOP/s per GPU backend next to cuBLASLt's per-tensor FP8
+// loop, each baseline timed in the same run. A benchmark, never a test. Exits 77 when no CUDA
+// device is visible (nothing measured, no file written).
+#include <filesystem>
+
+#include "kernels/bench.hpp"
+#include "reference/error.hpp"
+#include "sim/cli/command.hpp"
+
+namespace fp8moe::cli {
+
+int cmd_bench(const Args& args) {
+  po::options_description desc("fp8moe bench options");
+  desc.add_options()("help,h", "show this help")
+      ("h5", po::value<std::string>(), "also write every row to this HDF5 file (/quant, /gemm)")
+      ("force", po::bool_switch(), "overwrite an existing --h5 file")
+      ("no-quant", po::bool_switch(), "skip the quantizer table")
+      ("no-gemm", po::bool_switch(), "skip the GEMM table");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm]")) return 0;
+  kernels::KernelBenchOptions opt;
+  opt.quant = !vm["no-quant"].as<bool>();
+  opt.gemm = !vm["no-gemm"].as<bool>();
+  if (!opt.quant && !opt.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
+  if (vm.count("h5")) {
+    opt.h5_path = vm["h5"].as<std::string>();
+    if (std::filesystem::exists(opt.h5_path) && !vm["force"].as<bool>()) {
+      fail("--h5 ", opt.h5_path, " exists: pass --force to overwrite it, or name another file");
+    }
+  }
+  opt.command = "fp8moe bench";
+  for (const std::string& a : args) opt.command += " " + a;
+  return kernels::run_kernel_bench(opt);
+}
+
+}  // namespace fp8moe::cli

@@ -1,0 +1,60 @@
+// `fp8moe bench`, run as a subprocess: bad options are one line with exit code 2; without a CUDA
+// device it says so and exits 77 (without CUDA in the build: exit 2 naming the fix), writing no
+// file; with a device (a GPU machine) the quantizer table runs and the file ends complete.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "results/h5.hpp"
+#include "results/h5_test_util.hpp"
+#include "support/run_cli.hpp"
+
+using namespace fp8moe;
+using test::quote;
+
+namespace {
+test::Run bench(const std::string& args) { return test::run_cli("bench", args); }
+}  // namespace
+
+TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing") {
+  test::TempDir dir(1);
+  const std::string out = dir.file("b.h5");
+  test::Run r = bench("--no-quant --no-gemm --h5 " + quote(out));
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.lines() == 1);
+  CHECK(r.output.find("leaves nothing to bench") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out));
+
+  std::ofstream(out) << "not mine";  // an existing file is refused without --force
+  r = bench("--no-gemm --h5 " + quote(out));
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.output.find("pass --force") != std::string::npos);
+  std::ifstream in(out);
+  std::string kept;
+  std::getline(in, kept);
+  CHECK(kept == "not mine");
+}
+
+TEST_CASE("fp8moe bench: without a device (or CUDA) it says so and writes no file, with one the file ends complete") {
+  test::TempDir dir(2);
+  const std::string out = dir.file("b.h5");
+  const test::Run r = bench("--no-gemm --h5 " + quote(out));
+  CAPTURE(r.output);
+  if (r.rc == 77) {
+    CHECK(r.output.find("no CUDA device is visible") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  } else if (r.rc == 2) {
+    CHECK(r.output.find("built without CUDA") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  } else {
+    REQUIRE(r.rc == 0);
+    CHECK(r.output.find("q/copy") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out + ".partial"));
+    const h5::File f = h5::File::open(out);
+    CHECK(f.attr_string("status").value_or("") == "complete");
+  }
+  CHECK_FALSE(std::filesystem::exists(out + ".partial"));
+}
