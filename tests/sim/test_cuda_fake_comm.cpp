@@ -42,6 +42,7 @@ TEST_CASE("fake-gpu communicator (needs a build with CUDA)") {
 #include "sim/comm/runtime.hpp"
 #include "sim/plans/layer_plan.hpp"
 #include "sim/runner/op_runner.hpp"
+#include "fake_gpu_shapes.hpp"
 #include "support/test_support.hpp"
 
 namespace fp8moe::sim {
@@ -721,16 +722,7 @@ TEST_CASE("fake-gpu: op scenarios with Partial outputs on cuda-simt equal the re
       CHECK(sqnr_db(want.hp64.data, got.hp64.data) >= 250.0);  // GPU vs CPU fp64: rounding only
       CHECK(want.report.comm_bytes_max_rank == got.report.comm_bytes_max_rank);
       check_stats(cpu, gpu);
-      CudaCaseShape shape;
-      shape.pass = c.pass;
-      shape.experts = c.shape.E;
-      shape.tokens = c.shape.M;
-      shape.n = c.shape.N;
-      shape.k = c.shape.K;
-      shape.world = m.world();
-      shape.fake_gpu = true;
-      shape.gemm = sc.gemm;
-      CHECK(gpu.arena_bytes() <= cuda_case_device_bytes("cuda-simt", shape).comm);
+      CHECK(gpu.arena_bytes() <= cuda_case_device_bytes("cuda-simt", fake_gpu_op_shape(sc, m)).comm);
     }
   }
 }
@@ -792,19 +784,6 @@ void check_layer(const LayerOutputs& want, const LayerOutputs& got) {
   }
 }
 
-CudaCaseShape layer_shape(const LayerConfig& c, const Mesh& m) {
-  CudaCaseShape s;
-  s.layer = true;
-  s.experts = c.experts;
-  s.tokens = c.tokens;
-  s.dim = c.dim;
-  s.hidden = c.hidden;
-  s.world = m.world();
-  s.fake_gpu = true;
-  s.gemm = c.gemm;
-  return s;
-}
-
 TEST_CASE("fake-gpu: layer plans on cuda-simt equal the reference backend on the CPU mesh, the arena within its estimate") {
   std::uint64_t salt = 600;
   for (const PlanCase& p : kPlans) {
@@ -834,7 +813,7 @@ TEST_CASE("fake-gpu: layer plans on cuda-simt equal the reference backend on the
       CHECK(want.report.comm_bytes_max_rank == got.report.comm_bytes_max_rank);
       check_stats(cpu, gpu);
       CHECK(gpu.arena_bytes() > 0);
-      CHECK(gpu.arena_bytes() <= cuda_case_device_bytes("cuda-simt", layer_shape(c, m)).comm);
+      CHECK(gpu.arena_bytes() <= cuda_case_device_bytes("cuda-simt", fake_gpu_layer_shape(c, m)).comm);
     }
   }
 }

@@ -21,6 +21,7 @@
 #include "sim/comm/fake_communicator.hpp"
 #include "sim/plans/layer_plan.hpp"
 #include "sim/runner/op_runner.hpp"
+#include "fake_gpu_shapes.hpp"
 #include "support/test_support.hpp"
 
 namespace fp8moe::sim {
@@ -155,16 +156,7 @@ TEST_CASE("fake-gpu staging: every layer plan's largest collective is within the
       const Mesh m = Mesh::parse(c.mesh);
       StagingMeter meter(m);
       run_layer_plan(c, &meter);
-      CudaCaseShape s;
-      s.layer = true;
-      s.experts = c.experts;
-      s.tokens = c.tokens;
-      s.dim = c.dim;
-      s.hidden = c.hidden;
-      s.world = m.world();
-      s.fake_gpu = true;
-      s.gemm = c.gemm;
-      const std::size_t est = cuda_case_device_bytes("cuda-simt", s).comm;
+      const std::size_t est = cuda_case_device_bytes("cuda-simt", fake_gpu_layer_shape(c, m)).comm;
       CAPTURE(meter.largest_call());
       CHECK(meter.arena() > 0);
       CHECK(meter.arena() <= est);
@@ -220,18 +212,9 @@ TEST_CASE("fake-gpu staging: op scenarios, direct and redistributed, within the 
     }
     CAPTURE(error);
     REQUIRE(error.empty());  // the op case must run
-    CudaCaseShape s;
-    s.pass = c.pass;
-    s.experts = c.shape.E;
-    s.tokens = c.shape.M;
-    s.n = c.shape.N;
-    s.k = c.shape.K;
-    s.world = m.world();
-    s.fake_gpu = true;
-    s.gemm = sc.gemm;
     CAPTURE(meter.largest_call());
     CHECK(meter.arena() > 0);
-    CHECK(meter.arena() <= cuda_case_device_bytes("cuda-simt", s).comm);
+    CHECK(meter.arena() <= cuda_case_device_bytes("cuda-simt", fake_gpu_op_shape(sc, m)).comm);
   }
 }
 
