@@ -1,10 +1,14 @@
-// The simt promote-fp32 block GEMM kernel and its launcher (see simt_gemm.hpp for the contract).
-// A block computes a 64 x 64 output tile with 256 threads (4 x 4 outputs each). Per k-block it
-// stages the codes as integer units (fp8_units: e4m3 int32, e5m2 int64) in 32-wide k chunks in
-// shared memory, accumulates the exact partial in int64 (e4m3) or int128 (e5m2), rounds it once to
-// fp32 and folds it with the block scales using explicit __fmul_rn/__fmaf_rn, so nothing depends
-// on contraction or on the order of the integer sum.
+// The simt block GEMM kernels (promote-fp32 and hopper-tc) and their launcher (see simt_gemm.hpp
+// for the contract). A block computes a 64 x 64 output tile with 256 threads (4 x 4 outputs
+// each), staging 32-wide k chunks of both operands in shared memory.
+// - promote-fp32 stages integer units (fp8_units: e4m3 int32, e5m2 int64), accumulates the exact
+//   partial in int64 (e4m3) or int128 (e5m2) and rounds it once to fp32, so nothing depends on the
+//   order of the integer sum;
+// - hopper-tc stages the raw codes and chains reference/tensor_core.hpp's tc_step per chunk.
+// Both fold partials with tensor_core.hpp's promote() and split_combine() (explicit
+// __fmul_rn/__fmaf_rn/__fadd_rn on the device), the CPU's operations in the CPU's order.
 #include "reference/block_partial.hpp"
+#include "reference/tensor_core.hpp"
 #include "kernels/simt_gemm.hpp"
 
 namespace fp8moe::kernels {
@@ -68,6 +72,56 @@ __device__ __forceinline__ void stage(const BlockOperand& op, std::int64_t r0, s
   }
 }
 
+// cuBLASLt's split-K runs of one GEMM: q blocks per run, `runs` runs (1: no split).
+struct RunSplit {
+  std::int64_t q;
+  int runs;
+};
+
+// A thread's 4 x 4 outputs: the running split run and the total of the closed runs
+// (tensor_core.hpp's split_combine, in run order, trailing empty runs adding +0).
+struct Outputs {
+  float run[kPer][kPer];
+  float total[kPer][kPer];
+  __device__ Outputs() {
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+#pragma unroll
+      for (int y = 0; y < kPer; ++y) run[x][y] = total[x][y] = 0.0f;
+    }
+  }
+  __device__ void close_run(int r) {
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+#pragma unroll
+      for (int y = 0; y < kPer; ++y) {
+        total[x][y] = split_combine(total[x][y], run[x][y], r);
+        run[x][y] = 0.0f;
+      }
+    }
+  }
+  // Before block b: close the previous run where b starts a new one.
+  __device__ void begin_block(std::int64_t b, const RunSplit& s) {
+    if (b > 0 && b % s.q == 0) close_run(static_cast<int>(b / s.q) - 1);
+  }
+  // After the last block: close the open run and the empty trailing ones, then write the tile.
+  __device__ void store(std::int64_t nkb, const RunSplit& s, std::int64_t rows, std::int64_t cols, std::int64_t i0,
+                        std::int64_t j0, float* C, std::int64_t ldc, OutDtype out) {
+    const int open = nkb == 0 ? 0 : static_cast<int>((nkb - 1) / s.q);  // index of the run left open
+    for (int r = open; r < s.runs; ++r) close_run(r);
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+      const std::int64_t i = i0 + 16 * x;
+      if (i >= rows) continue;
+#pragma unroll
+      for (int y = 0; y < kPer; ++y) {
+        const std::int64_t j = j0 + 16 * y;
+        if (j < cols) C[i * ldc + j] = out == OutDtype::bf16 ? round_bf16(total[x][y]) : total[x][y];
+      }
+    }
+  }
+};
+
 template <Fp8Format F>
 __device__ __forceinline__ float partial_to_f32(typename Units<F>::Acc p) {
   if constexpr (F == Fp8Format::e4m3) {
@@ -81,7 +135,7 @@ __device__ __forceinline__ float partial_to_f32(typename Units<F>::Acc p) {
 template <Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
     simt_block_gemm_kernel(BlockOperand L, BlockOperand R, std::int64_t nkb, int B, float* __restrict__ C,
-                           std::int64_t ldc, Promotion promo, OutDtype out) {
+                           std::int64_t ldc, Promotion promo, ScaleConfig cfg, RunSplit split, OutDtype out) {
   using Unit = typename Units<F>::Unit;
   using Acc = typename Units<F>::Acc;
   __shared__ Unit sL[kKc][kTile];
@@ -89,13 +143,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int nfL[kTile], nfR[kTile];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * kTile, j0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
-  float acc[kPer][kPer];
-#pragma unroll
-  for (int a = 0; a < kPer; ++a) {
-#pragma unroll
-    for (int c = 0; c < kPer; ++c) acc[a][c] = 0.0f;
-  }
+  Outputs acc;
   for (std::int64_t b = 0; b < nkb; ++b) {
+    acc.begin_block(b, split);
     if (threadIdx.x < kTile) {
       nfL[threadIdx.x] = 0;
       nfR[threadIdx.x] = 0;
@@ -139,29 +189,80 @@ __global__ void __launch_bounds__(kThreads)
         const float sb = scale_at(R, j, b);
         const float pf = (nfL[ty + 16 * x] | nfR[tx + 16 * y]) ? nonfinite_partial<F>(L, R, i, j, b * B, B)
                                                                : partial_to_f32<F>(p[x][y]);
-        acc[x][y] = promo == Promotion::deepgemm ? __fmaf_rn(__fmul_rn(sa, sb), pf, acc[x][y])
-                                                 : __fmaf_rn(__fmul_rn(pf, sa), sb, acc[x][y]);
+        acc.run[x][y] = promote(promo, cfg, pf, sa, sb, acc.run[x][y]);
       }
     }
     __syncthreads();  // the flags are reset at the top of the next block
   }
+  acc.store(nkb, split, L.rows, R.rows, i0 + ty, j0 + tx, C, ldc, out);
+}
+
+// hopper-tc: per k-block the tensor-core partial (B/32 chained tc_step calls on the staged codes),
+// then the same promotion and split runs as above. Codes are staged row-major with k contiguous
+// (kKc bytes per row, padded against bank conflicts) for the 4 x 4 outputs of each thread.
+constexpr int kCodePitch = kKc + 4;
+
+__device__ __forceinline__ void stage_codes(const BlockOperand& op, std::int64_t r0, std::int64_t k0,
+                                            std::uint8_t (*s)[kCodePitch]) {
+  for (int idx = threadIdx.x; idx < kTile * kKc; idx += kThreads) {
+    const int r = op.ks == 1 ? idx / kKc : idx % kTile;
+    const int k = op.ks == 1 ? idx % kKc : idx / kTile;
+    const std::int64_t row = r0 + r;
+    s[r][k] = row < op.rows ? code_at(op, row, k0 + k) : std::uint8_t{0};
+  }
+}
+
+template <Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    simt_tc_gemm_kernel(BlockOperand L, BlockOperand R, std::int64_t nkb, int B, float* __restrict__ C,
+                        std::int64_t ldc, Promotion promo, ScaleConfig cfg, RunSplit split, OutDtype out) {
+  __shared__ std::uint8_t sL[kTile][kCodePitch];
+  __shared__ std::uint8_t sR[kTile][kCodePitch];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * kTile, j0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+  Outputs acc;
+  for (std::int64_t b = 0; b < nkb; ++b) {
+    acc.begin_block(b, split);
+    float p[kPer][kPer];
 #pragma unroll
-  for (int x = 0; x < kPer; ++x) {
-    const std::int64_t i = i0 + ty + 16 * x;
-    if (i >= L.rows) continue;
+    for (int x = 0; x < kPer; ++x) {
 #pragma unroll
-    for (int y = 0; y < kPer; ++y) {
-      const std::int64_t j = j0 + tx + 16 * y;
-      if (j < R.rows) C[i * ldc + j] = out == OutDtype::bf16 ? round_bf16(acc[x][y]) : acc[x][y];
+      for (int y = 0; y < kPer; ++y) p[x][y] = 0.0f;
+    }
+    for (int kk = 0; kk < B; kk += kKc) {
+      stage_codes(L, i0, b * B + kk, sL);
+      stage_codes(R, j0, b * B + kk, sR);
+      __syncthreads();
+#pragma unroll
+      for (int x = 0; x < kPer; ++x) {
+#pragma unroll
+        for (int y = 0; y < kPer; ++y) {
+          p[x][y] = tc_step(&sL[ty + 16 * x][0], 1, F, &sR[tx + 16 * y][0], 1, F, kKc, p[x][y]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+      const std::int64_t i = i0 + ty + 16 * x;
+      if (i >= L.rows) continue;
+      const float sa = scale_at(L, i, b);
+#pragma unroll
+      for (int y = 0; y < kPer; ++y) {
+        const std::int64_t j = j0 + tx + 16 * y;
+        if (j < R.rows) acc.run[x][y] = promote(promo, cfg, p[x][y], sa, scale_at(R, j, b), acc.run[x][y]);
+      }
     }
   }
+  acc.store(nkb, split, L.rows, R.rows, i0 + ty, j0 + tx, C, ldc, out);
 }
 
 }  // namespace
 
 void simt_block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, float* C, std::int64_t ldc,
-                     const GemmOptions& opt, cudaStream_t stream) {
-  if (opt.mode != Mode::promote_fp32) fail("the simt GEMM computes promote-fp32, not ", mode_name(opt.mode));
+                     const GemmOptions& opt, cudaStream_t stream, int splits) {
+  if (!is_promoted(opt.mode)) fail("the simt GEMM computes promote-fp32 and hopper-tc, not ", mode_name(opt.mode));
+  if (splits < 1) fail("simt_block_gemm: split count ", splits, " must be >= 1");
   if (opt.out == OutDtype::fp64) fail("the simt GEMM writes bf16 or fp32 output, not fp64");
   check_quant_options(opt.quant);
   const int B = opt.quant.block;
@@ -170,15 +271,19 @@ void simt_block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t 
   const std::int64_t gy = (L.rows + kTile - 1) / kTile, gx = (R.rows + kTile - 1) / kTile;
   if (gy > 65535) fail("simt_block_gemm: ", L.rows, " lhs rows exceed the grid limit (", 65535 * kTile, ")");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const std::int64_t nkb = kc / B;
+  const RunSplit split{std::max<std::int64_t>(split_run_blocks(nkb, splits), 1), splits};
+  const ScaleConfig cfg = scale_config(L, R);
+  const bool tc = opt.mode == Mode::hopper_tc;
   if (opt.quant.format == Fp8Format::e4m3) {
-    simt_block_gemm_kernel<Fp8Format::e4m3>
-        <<<grid, kThreads, 0, stream>>>(L, R, kc / B, B, C, ldc, opt.promotion, opt.out);
+    (tc ? simt_tc_gemm_kernel<Fp8Format::e4m3> : simt_block_gemm_kernel<Fp8Format::e4m3>)
+        <<<grid, kThreads, 0, stream>>>(L, R, nkb, B, C, ldc, opt.promotion, cfg, split, opt.out);
   } else {
-    simt_block_gemm_kernel<Fp8Format::e5m2>
-        <<<grid, kThreads, 0, stream>>>(L, R, kc / B, B, C, ldc, opt.promotion, opt.out);
+    (tc ? simt_tc_gemm_kernel<Fp8Format::e5m2> : simt_block_gemm_kernel<Fp8Format::e5m2>)
+        <<<grid, kThreads, 0, stream>>>(L, R, nkb, B, C, ldc, opt.promotion, cfg, split, opt.out);
   }
-  FP8MOE_CUDA_CHECK_LAUNCH("simt_block_gemm_kernel", "L.rows=", L.rows, " R.rows=", R.rows, " kc=", kc, " B=", B,
-                           " format=", format_name(opt.quant.format));
+  FP8MOE_CUDA_CHECK_LAUNCH("simt_block_gemm", "mode=", mode_name(opt.mode), " L.rows=", L.rows, " R.rows=", R.rows,
+                           " kc=", kc, " B=", B, " splits=", splits, " format=", format_name(opt.quant.format));
 }
 
 }  // namespace fp8moe::kernels

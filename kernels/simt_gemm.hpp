@@ -1,10 +1,11 @@
 #pragma once
-// The `simt` grouped GEMM: promote-fp32 (DESIGN.md 3.6) on CUDA cores, equal bit for bit to
-// reference/block_gemm.cpp for both promotion orders and bf16/fp32 output. Per output element and
-// 128-block: the exact integer partial P of the codes (int64 for e4m3, int128 for e5m2; a block
-// with a NaN/Inf code: the fp64 sum of decoded products, as the CPU scalar path), rounded once to
-// fp32, then deepgemm acc = fmaf(fl32(sa*sb), P, acc) or cublas acc = fmaf(fl32(P*sa), sb, acc)
-// in k-block order; out = round_bf16(acc) or acc.
+// The `simt` grouped GEMM: promote-fp32 and hopper-tc (docs/SPEC.md, "Arithmetic modes") on CUDA
+// cores, equal bit for bit to reference/block_gemm.cpp for both promotion families, bf16/fp32
+// output and cuBLASLt's split-K runs (opt.split_k). Per output element and block: promote-fp32's
+// P is the exact integer partial of the codes (int64 for e4m3, int128 for e5m2; a block with a
+// NaN/Inf code: the fp64 sum of decoded products, as the CPU scalar path) rounded once to fp32;
+// hopper-tc's P is B/32 chained tensor-core steps (reference/tensor_core.hpp). P is folded with
+// tensor_core.hpp's promote() in k-block order; out = round_bf16(acc) or acc.
 //
 // Operands are reference/gemm.hpp's BlockOperand views with device pointers; the grouped drivers
 // mirror reference/grouped.cpp's grouped_*_q, one launch per non-empty expert.
@@ -20,8 +21,9 @@ namespace fp8moe::kernels {
 
 // C (L.rows, R.rows) with row stride ldc, device fp32 holding the output dtype's values
 // (opt.out bf16 or fp32). kc: the contraction, a multiple of opt.quant.block.
+// splits: cuBLASLt's split-K runs to reproduce (1: none).
 void simt_block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, float* C, std::int64_t ldc,
-                     const GemmOptions& opt, cudaStream_t stream = nullptr);
+                     const GemmOptions& opt, cudaStream_t stream = nullptr, int splits = 1);
 
 // Grouped passes on device-quantized operands (layouts of kernels/quantize.hpp = reference/'s);
 // outputs are device buffers: fwd (M,N), dgrad (M,K), wgrad (E,N,K).

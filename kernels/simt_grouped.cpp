@@ -58,7 +58,7 @@ void simt_grouped_fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, st
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
     simt_block_gemm(lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K, out + s * N, N,
-                    opt, stream);
+                    opt, stream, splits_of(opt, e));
     s = offs[e];
   }
 }
@@ -77,7 +77,7 @@ void simt_grouped_dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
     simt_block_gemm(lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
-                    out + s * K, K, opt, stream);
+                    out + s * K, K, opt, stream, splits_of(opt, e));
     s = offs[e];
   }
 }
@@ -102,7 +102,7 @@ void simt_grouped_wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& A
       const BlockOperand L{dOutT_q.codes.get() + s, M, 1, dOutT_q.scales.get() + s / B, M / B, 1, 1, N};
       // rhs: A^T (K, tokens of e) read from A codes (M, K); scales (M/B, K) from row s/B
       const BlockOperand R{A_q.codes.get() + s * K, 1, K, A_q.scales.get() + (s / B) * K, 1, K, 1, K};
-      simt_block_gemm(L, R, Me, out + e * N * K, K, opt, stream);
+      simt_block_gemm(L, R, Me, out + e * N * K, K, opt, stream, splits_of(opt, static_cast<std::size_t>(e)));
     }
     s = offs[static_cast<std::size_t>(e)];
   }

@@ -1,4 +1,5 @@
-// Blockwise FP8 GEMM on the CPU: the exact and promote-fp32 modes (DESIGN.md 3.6).
+// Blockwise FP8 GEMM on the CPU: the exact, promote-fp32 and hopper-tc modes (docs/SPEC.md,
+// "Arithmetic modes"). The promotion and the tensor-core step are reference/tensor_core.hpp's.
 //
 // Both modes need the exact partial P of every 128-block. For e4m3 every code is an integer
 // multiple of 2^-9 below 2^9, so a product is an integer multiple of 2^-18 below 2^36 and a
@@ -6,7 +7,8 @@
 // codes to fp64 "units" (value * 2^9, exact) and runs a register-blocked fp64 micro-kernel over
 // one k-block at a time (GotoBLAS-style packing with kc = B), then folds P into the output tile
 // with the block scales. e5m2 (units of 2^-16, products up to 2^64) and non-finite codes take
-// the scalar path with int128 partials.
+// the scalar path with int128 partials. hopper-tc and cuBLASLt's split-K runs take the scalar
+// path too (tensor_core.hpp's step, per output element).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -33,6 +35,9 @@ double i128_to_f64_scaled(__int128 p, int shift) {
 struct Combine {
   Mode mode;
   Promotion promo;
+  ScaleConfig cfg;
+  // fl(P*sa) before sb (cuBLASLt's act x act order) rather than fl(sa*sb) times P
+  bool p_times_sa() const { return mode != Mode::exact && promo == Promotion::cublas && cfg == ScaleConfig::act_act; }
 };
 
 // Fold one block partial into the accumulator. acc_d for exact, acc_f for promote-fp32.
@@ -40,10 +45,8 @@ struct Combine {
 inline void fold(const Combine& c, double pd, float pf, float sa, float sb, double& acc_d, float& acc_f) {
   if (c.mode == Mode::exact) {
     acc_d = std::fma(pd, static_cast<double>(sa) * static_cast<double>(sb), acc_d);
-  } else if (c.promo == Promotion::deepgemm) {
-    acc_f = std::fma(sa * sb, pf, acc_f);
   } else {
-    acc_f = std::fma(pf * sa, sb, acc_f);
+    acc_f = promote(c.promo, c.cfg, pf, sa, sb, acc_f);
   }
 }
 
@@ -61,11 +64,13 @@ inline double finish(const Combine& c, OutDtype out, double acc_d, float acc_f) 
 inline void fold_row(const Combine& c, const double* P, float sa, const float* sb, int n, double* acc_d,
                      float* acc_f) {
   constexpr double kUnit2 = 0x1p-18;  // (2^-9)^2
+  // The two promoted loops are tensor_core.hpp's promote() written out per order, so each is a
+  // straight loop; tests hold this path bitwise against the scalar one.
   if (c.mode == Mode::exact) {
     const double da = sa;
     for (int j = 0; j < n; ++j) acc_d[j] = std::fma(P[j] * kUnit2, da * static_cast<double>(sb[j]), acc_d[j]);
-  } else if (c.promo == Promotion::deepgemm) {
-    for (int j = 0; j < n; ++j) acc_f[j] = std::fma(sa * sb[j], static_cast<float>(P[j] * kUnit2), acc_f[j]);
+  } else if (!c.p_times_sa()) {
+    for (int j = 0; j < n; ++j) acc_f[j] = std::fma(static_cast<float>(P[j] * kUnit2), sa * sb[j], acc_f[j]);
   } else {
     for (int j = 0; j < n; ++j) acc_f[j] = std::fma(static_cast<float>(P[j] * kUnit2) * sa, sb[j], acc_f[j]);
   }
@@ -126,8 +131,8 @@ inline float scale_of(const BlockOperand& op, std::int64_t r, std::int64_t b) {
 }
 
 void check_combine_mode(const GemmOptions& opt) {
-  if (opt.mode != Mode::exact && opt.mode != Mode::promote_fp32) {
-    fail("block_gemm computes the exact and promote-fp32 modes, not ", mode_name(opt.mode));
+  if (opt.mode != Mode::exact && !is_promoted(opt.mode)) {
+    fail("block_gemm computes the exact, promote-fp32 and hopper-tc modes, not ", mode_name(opt.mode));
   }
 }
 
@@ -233,7 +238,7 @@ __attribute__((target("avx512f"))) void micro_kernel_avx512(const double* __rest
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The same product with the fold into the accumulators done in registers, for full 12 x 16
 // tiles: the arithmetic of fold_row() operation for operation (so results are bitwise equal),
-// 8 or 16 lanes wide. kind: 0 exact (acc_d), 1 deepgemm, 2 cublas (acc_f); ld: accumulator row
+// 8 or 16 lanes wide. kind: 0 exact (acc_d), 1 fl(sa*sb) order, 2 fl(P*sa) order (acc_f); ld: accumulator row
 // stride; sa (12) and sb (16): the rows' and columns' scales for this block.
 __attribute__((target("avx512f,avx512dq"))) void micro_kernel_avx512_fold(const double* __restrict lp,
                                                                  const double* __restrict rp, int kc, int kind,
@@ -272,7 +277,7 @@ __attribute__((target("avx512f,avx512dq"))) void micro_kernel_avx512_fold(const 
     const __m512 fa = _mm512_set1_ps(sa[i]);
     float* row = acc_f + i * ld;
     const __m512 acc = _mm512_loadu_ps(row);
-    _mm512_storeu_ps(row, kind == 1 ? _mm512_fmadd_ps(_mm512_mul_ps(fa, sbf), pf, acc)
+    _mm512_storeu_ps(row, kind == 1 ? _mm512_fmadd_ps(pf, _mm512_mul_ps(fa, sbf), acc)
                                     : _mm512_fmadd_ps(_mm512_mul_ps(pf, fa), sbf, acc));
   }
 }
@@ -346,8 +351,6 @@ void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
   const int nr = wide ? 16 : kNR, mr = wide ? kMR512 : kMR;
   auto kernel = wide ? micro_kernel_avx512 : micro_kernel_avx2;
   const int B = opt.quant.block;
-  const Combine cmb{opt.mode, opt.promotion};
-  const int kind = opt.mode == Mode::exact ? 0 : opt.promotion == Promotion::deepgemm ? 1 : 2;
   const std::size_t n = tasks.size();
   // Macro-tiles: kMC rows x nc_tile cols; narrower column tiles when there are too few tiles to
   // keep every thread busy.
@@ -391,6 +394,8 @@ void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
       const std::size_t t = static_cast<std::size_t>(
           std::upper_bound(first_tile.begin(), first_tile.end(), tile) - first_tile.begin() - 1);
       const GemmTask& g = tasks[t];
+      const Combine cmb{opt.mode, opt.promotion, scale_config(g.L, g.R)};
+      const int kind = opt.mode == Mode::exact ? 0 : cmb.p_times_sa() ? 2 : 1;
       const Packed& l = lp[t];
       const Packed& r = rp[t];
       const std::int64_t local = tile - first_tile[t], nkb = g.kc / B;
@@ -433,33 +438,47 @@ void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
 }  // namespace
 
 void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
-                       const GemmOptions& opt) {
+                       const GemmOptions& opt, int splits) {
   check_combine_mode(opt);
   const int B = opt.quant.block;
   const Fp8Format f = opt.quant.format;
   const int shift = 2 * fp8_unit_shift(f);
   const std::int64_t nkb = kc / B;
-  const Combine cmb{opt.mode, opt.promotion};
+  const Combine cmb{opt.mode, opt.promotion, scale_config(L, R)};
+  // cuBLASLt's split-K: runs of q blocks, each promoted from +0, added in order (tensor_core.hpp).
+  const int runs = opt.mode == Mode::exact ? 1 : std::max(splits, 1);
+  const std::int64_t q = split_run_blocks(nkb, runs);
 #pragma omp parallel for schedule(dynamic, 4)
   for (std::int64_t i = 0; i < L.rows; ++i) {
     for (std::int64_t j = 0; j < R.rows; ++j) {
       double acc_d = 0.0;
       float acc_f = 0.0f;
-      for (std::int64_t b = 0; b < nkb; ++b) {
-        __int128 p = 0;
-        bool finite = true;
-        double pnf = 0.0;  // the block in fp64 when a code is NaN or Inf: propagates them
-        for (std::int64_t k = b * B; k < (b + 1) * B; ++k) {
-          const std::uint8_t a = L.codes[i * L.rs + k * L.ks], w = R.codes[j * R.rs + k * R.ks];
-          if (!fp8_is_finite(a, f) || !fp8_is_finite(w, f)) finite = false;
-          if (finite) {
-            p += static_cast<__int128>(fp8_units(a, f)) * fp8_units(w, f);
+      for (int run = 0; run < runs; ++run) {
+        float run_f = 0.0f;
+        for (std::int64_t b = run * q; b < std::min<std::int64_t>((run + 1) * q, nkb); ++b) {
+          const std::uint8_t* a_codes = L.codes + i * L.rs + b * B * L.ks;
+          const std::uint8_t* w_codes = R.codes + j * R.rs + b * B * R.ks;
+          if (opt.mode == Mode::hopper_tc) {
+            const float pf = tc_block_partial(a_codes, L.ks, w_codes, R.ks, f, B);
+            run_f = promote(cmb.promo, cmb.cfg, pf, scale_of(L, i, b), scale_of(R, j, b), run_f);
+            continue;
           }
-          pnf += static_cast<double>(fp8_decode(a, f)) * static_cast<double>(fp8_decode(w, f));
+          __int128 p = 0;
+          bool finite = true;
+          double pnf = 0.0;  // the block in fp64 when a code is NaN or Inf: propagates them
+          for (std::int64_t k = 0; k < B; ++k) {
+            const std::uint8_t a = a_codes[k * L.ks], w = w_codes[k * R.ks];
+            if (!fp8_is_finite(a, f) || !fp8_is_finite(w, f)) finite = false;
+            if (finite) {
+              p += static_cast<__int128>(fp8_units(a, f)) * fp8_units(w, f);
+            }
+            pnf += static_cast<double>(fp8_decode(a, f)) * static_cast<double>(fp8_decode(w, f));
+          }
+          const double pd = finite ? i128_to_f64_scaled(p, shift) : pnf;
+          const float pf = finite ? i128_to_f32_scaled(p, shift) : static_cast<float>(pnf);
+          fold(cmb, pd, pf, scale_of(L, i, b), scale_of(R, j, b), acc_d, run_f);
         }
-        const double pd = finite ? i128_to_f64_scaled(p, shift) : pnf;
-        const float pf = finite ? i128_to_f32_scaled(p, shift) : static_cast<float>(pnf);
-        fold(cmb, pd, pf, scale_of(L, i, b), scale_of(R, j, b), acc_d, acc_f);
+        acc_f = split_combine(acc_f, run_f, run);
       }
       C[i * ldc + j] = finish(cmb, opt.out, acc_d, acc_f);
     }
@@ -476,11 +495,15 @@ void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt) {
     if (t.L.rows > 0 && t.R.rows > 0) work.push_back(t);
   }
   if (work.empty()) return;
-  if (opt.quant.format == Fp8Format::e4m3) {
-    block_gemm_fast(work, opt);
-  } else {
-    for (const GemmTask& t : work) block_gemm_scalar(t.L, t.R, t.kc, t.C, t.ldc, opt);
+  // The fast path computes exact and promote-fp32 on e4m3 without split-K runs.
+  std::vector<GemmTask> fast, scalar;
+  for (const GemmTask& t : work) {
+    const bool split = opt.mode != Mode::exact && t.splits > 1;
+    const bool ok = opt.quant.format == Fp8Format::e4m3 && opt.mode != Mode::hopper_tc && !split;
+    (ok ? fast : scalar).push_back(t);
   }
+  if (!fast.empty()) block_gemm_fast(fast, opt);
+  for (const GemmTask& t : scalar) block_gemm_scalar(t.L, t.R, t.kc, t.C, t.ldc, opt, t.splits);
 }
 
 void block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,

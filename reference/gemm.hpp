@@ -16,14 +16,17 @@
 
 #include "reference/quantize.hpp"
 #include "reference/tensor.hpp"
+#include "reference/tensor_core.hpp"
 
 namespace fp8moe {
 
 enum class Pass : std::uint8_t { fwd, dgrad, wgrad };
-enum class Mode : std::uint8_t { hp64, bf16, exact, torchao_emulated, promote_fp32 };
-// Promotion order of promote-fp32 (sa: lhs block scale, sb: rhs block scale, P: block partial):
-//   deepgemm: acc = fmaf(fl32(sa*sb), P, acc)      cublas: acc = fmaf(fl32(P*sa), sb, acc)
-enum class Promotion : std::uint8_t { deepgemm, cublas };
+enum class Mode : std::uint8_t { hp64, bf16, exact, torchao_emulated, promote_fp32, hopper_tc };
+// promote-fp32 and hopper-tc fold block partials P into fp32 with the promotion of a Promotion
+// family (reference/tensor_core.hpp `promote`): deepgemm y = fma(P, fl(sa*sb), y) everywhere;
+// cublas the same for act x weight and y = fma(fl(P*s_lhs), s_rhs, y) for act x act (wgrad).
+// They differ in P: promote-fp32 rounds the exact partial once to fp32, hopper-tc chains the
+// tensor core's truncating k32 steps.
 enum class OutDtype : std::uint8_t { bf16, fp32, fp64 };
 
 struct GemmOptions {
@@ -32,9 +35,16 @@ struct GemmOptions {
   OutDtype out = OutDtype::bf16;
   QuantOptions quant;
   bool pad = false;  // token-group padding (DESIGN.md 3.4); outputs are unpadded
+  // cuBLASLt's split-K per expert (numSplitsK of the algorithm it ran; empty or 1: no split), so
+  // hopper-tc/cublas reproduces a split call. Only quantized modes with a fp32 accumulator use it.
+  std::vector<std::int32_t> split_k;
 };
 
-bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32
+bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32, hopper-tc
+// promote-fp32 and hopper-tc: fp32 accumulation with a promotion family.
+bool is_promoted(Mode m);
+// cuBLASLt's split count of expert e under opt (1 when opt.split_k is empty); errors name e.
+int splits_of(const GemmOptions& opt, std::size_t e);
 
 // Passes on high-precision inputs. A (M,K), W (E,N,K), dOut (M,N); offs (E) cumulative ends.
 TensorD grouped_fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt);
@@ -66,9 +76,13 @@ struct BlockOperand {
   int rblock = 1;
   std::int64_t rows = 0;
 };
+// act x act when both operands carry one scale per row and k-block (wgrad's 1x128 x 1x128).
+inline ScaleConfig scale_config(const BlockOperand& L, const BlockOperand& R) {
+  return L.rblock == 1 && R.rblock == 1 ? ScaleConfig::act_act : ScaleConfig::act_weight;
+}
 
 // C (L.rows, R.rows) = sum over k-blocks of the blockwise products, combined per `opt.mode`
-// (exact or promote_fp32); C is written with row stride ldc. kc must be a multiple of B.
+// (exact, promote-fp32 or hopper-tc); C is written with row stride ldc. kc must be a multiple of B.
 void block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C, std::int64_t ldc,
                 const GemmOptions& opt);
 // Several independent GEMMs (the experts of one grouped pass), run in one parallel region.
@@ -77,12 +91,14 @@ struct GemmTask {
   std::int64_t kc = 0;
   double* C = nullptr;
   std::int64_t ldc = 0;
+  int splits = 1;  // cuBLASLt split-K runs (reference/tensor_core.hpp), promoted modes only
 };
 void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt);
-// The same through the plain scalar path (any format; int128 block partials): the oracle-free
-// reference the fast path is held against in tests.
+// The same through the plain scalar path (any format; int128 block partials, or the tensor-core
+// step for hopper-tc), with cuBLASLt's split-K runs when splits > 1: the reference the fast
+// paths are held against in tests.
 void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, double* C,
-                       std::int64_t ldc, const GemmOptions& opt);
+                       std::int64_t ldc, const GemmOptions& opt, int splits = 1);
 
 const char* pass_name(Pass p);
 const char* mode_name(Mode m);
@@ -92,7 +108,17 @@ Pass parse_pass(const std::string& s);
 Mode parse_mode(const std::string& s);
 Promotion parse_promotion(const std::string& s);
 OutDtype parse_out_dtype(const std::string& s);
-// "promote-fp32" with the promotion order, e.g. "promote-fp32/cublas"; other modes their name.
+// "promote-fp32" and "hopper-tc" with the promotion family, e.g. "hopper-tc/cublas"; other modes
+// their name.
 std::string mode_label(Mode m, Promotion p);
+// A mode value as users write it: "exact", "hopper-tc:cublas" or "hopper-tc/cublas"; a promoted
+// mode without a family ("promote-fp32", "hopper-tc") stands for both families, deepgemm first.
+// Errors name the value and the choices.
+struct ModeSpec {
+  Mode mode = Mode::promote_fp32;
+  Promotion promo = Promotion::deepgemm;
+  std::string label() const;  // mode_label(mode, promo)
+};
+std::vector<ModeSpec> parse_mode_spec(const std::string& s);
 
 }  // namespace fp8moe

@@ -7,7 +7,10 @@
 
 namespace fp8moe {
 
-bool is_quantized(Mode m) { return m == Mode::exact || m == Mode::torchao_emulated || m == Mode::promote_fp32; }
+bool is_quantized(Mode m) {
+  return m == Mode::exact || m == Mode::torchao_emulated || m == Mode::promote_fp32 || m == Mode::hopper_tc;
+}
+bool is_promoted(Mode m) { return m == Mode::promote_fp32 || m == Mode::hopper_tc; }
 
 const char* pass_name(Pass p) {
   switch (p) {
@@ -24,6 +27,7 @@ const char* mode_name(Mode m) {
     case Mode::exact: return "exact";
     case Mode::torchao_emulated: return "torchao-emulated";
     case Mode::promote_fp32: return "promote-fp32";
+    case Mode::hopper_tc: return "hopper-tc";
   }
   return "?";
 }
@@ -32,7 +36,22 @@ const char* out_dtype_name(OutDtype d) {
   return d == OutDtype::bf16 ? "bf16" : d == OutDtype::fp32 ? "fp32" : "fp64";
 }
 std::string mode_label(Mode m, Promotion p) {
-  return m == Mode::promote_fp32 ? std::string(mode_name(m)) + "/" + promotion_name(p) : mode_name(m);
+  return is_promoted(m) ? std::string(mode_name(m)) + "/" + promotion_name(p) : mode_name(m);
+}
+std::string ModeSpec::label() const { return mode_label(mode, promo); }
+
+std::vector<ModeSpec> parse_mode_spec(const std::string& s) {
+  const auto sep = s.find_first_of(":/");
+  const Mode m = parse_mode(s.substr(0, sep));
+  if (sep == std::string::npos) {
+    if (is_promoted(m)) return {{m, Promotion::deepgemm}, {m, Promotion::cublas}};
+    return {{m, Promotion::deepgemm}};
+  }
+  if (!is_promoted(m)) {
+    fail("mode '", s, "': only promote-fp32 and hopper-tc take a promotion family (:deepgemm or :cublas); write '",
+         s.substr(0, sep), "'");
+  }
+  return {{m, parse_promotion(s.substr(sep + 1))}};
 }
 
 Pass parse_pass(const std::string& s) {
@@ -42,16 +61,15 @@ Pass parse_pass(const std::string& s) {
   fail("unknown pass '", s, "': use fwd, dgrad or wgrad");
 }
 Mode parse_mode(const std::string& s) {
-  for (Mode m : {Mode::hp64, Mode::bf16, Mode::exact, Mode::torchao_emulated, Mode::promote_fp32}) {
+  for (Mode m : {Mode::hp64, Mode::bf16, Mode::exact, Mode::torchao_emulated, Mode::promote_fp32, Mode::hopper_tc}) {
     if (s == mode_name(m)) return m;
   }
-  if (s == "hopper-tc") fail("mode 'hopper-tc' is not implemented on the CPU yet: use hp64, bf16, exact, torchao-emulated or promote-fp32");
-  fail("unknown mode '", s, "': use hp64, bf16, exact, torchao-emulated or promote-fp32");
+  fail("unknown mode '", s, "': use hp64, bf16, exact, torchao-emulated, promote-fp32 or hopper-tc");
 }
 Promotion parse_promotion(const std::string& s) {
   if (s == "deepgemm") return Promotion::deepgemm;
   if (s == "cublas") return Promotion::cublas;
-  fail("unknown promotion order '", s, "': use deepgemm or cublas");
+  fail("unknown promotion family '", s, "': use deepgemm or cublas");
 }
 OutDtype parse_out_dtype(const std::string& s) {
   if (s == "bf16") return OutDtype::bf16;
@@ -194,12 +212,21 @@ void check_q(const Quantized& q, const char* recipe, const char* what) {
 }
 
 void check_q_mode(const GemmOptions& opt) {
-  if (opt.mode != Mode::exact && opt.mode != Mode::promote_fp32) {
-    fail("the quantized-operand passes compute exact and promote-fp32, not ", mode_name(opt.mode));
+  if (opt.mode != Mode::exact && !is_promoted(opt.mode)) {
+    fail("the quantized-operand passes compute exact, promote-fp32 and hopper-tc, not ", mode_name(opt.mode));
   }
 }
 
+
 }  // namespace
+
+int splits_of(const GemmOptions& opt, std::size_t e) {
+  if (opt.split_k.empty()) return 1;
+  if (opt.split_k.size() <= e) fail("split_k has ", opt.split_k.size(), " entries but expert ", e, " needs one");
+  const int s = opt.split_k[e];
+  if (s < 1) fail("split_k[", e, "] = ", s, ": a split count is >= 1");
+  return s;
+}
 
 TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<const std::int32_t> offs,
                       const GemmOptions& opt) {
@@ -214,7 +241,7 @@ TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<cons
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
     tasks.push_back({lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K,
-                     out.ptr() + s * N, N});
+                     out.ptr() + s * N, N, splits_of(opt, e)});
     s = offs[e];
   }
   block_gemm_batch(tasks, opt);
@@ -234,7 +261,7 @@ TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span
   std::int64_t s = 0;
   for (std::size_t e = 0; e < offs.size(); ++e) {
     tasks.push_back({lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
-                     out.ptr() + s * K, K});
+                     out.ptr() + s * K, K, splits_of(opt, e)});
     s = offs[e];
   }
   block_gemm_batch(tasks, opt);
@@ -260,7 +287,7 @@ TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::spa
     const BlockOperand L{dOutT_q.codes.ptr() + s, M, 1, dOutT_q.scales.ptr() + s / B, M / B, 1, 1, N};
     // rhs: A^T (K, tokens of e) read from A codes (M, K); scales (M/B, K) from row s/B
     const BlockOperand R{A_q.codes.ptr() + s * K, 1, K, A_q.scales.ptr() + (s / B) * K, 1, K, 1, K};
-    tasks.push_back({L, R, Me, out.ptr() + e * N * K, K});
+    tasks.push_back({L, R, Me, out.ptr() + e * N * K, K, splits_of(opt, static_cast<std::size_t>(e))});
     s = offs[static_cast<std::size_t>(e)];
   }
   block_gemm_batch(tasks, opt);

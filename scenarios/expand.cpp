@@ -77,20 +77,6 @@ std::vector<Value> expand_ranges(const std::vector<Value>& vals, const std::stri
   return out;
 }
 
-struct ModeValue {
-  Mode mode;
-  Promotion promo;
-};
-std::vector<ModeValue> parse_mode_value(const std::string& s) {
-  const auto colon = s.find_first_of(":/");
-  const Mode m = parse_mode(s.substr(0, colon));
-  if (colon == std::string::npos) {
-    if (m == Mode::promote_fp32) return {{m, Promotion::deepgemm}, {m, Promotion::cublas}};
-    return {{m, Promotion::deepgemm}};
-  }
-  if (m != Mode::promote_fp32) fail("only promote-fp32 takes a promotion order (:deepgemm or :cublas)");
-  return {{m, parse_promotion(s.substr(colon + 1))}};
-}
 
 std::int64_t round_up(std::int64_t n, std::int64_t b) { return (n + b - 1) / b * b; }
 
@@ -241,9 +227,9 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
           passes.push_back(at(v, "pass", [](const std::string& s) { return parse_pass(s); }));
         }
       }
-      std::vector<ModeValue> modes;
+      std::vector<ModeSpec> modes;
       for (const Value& v : ax["mode"]) {
-        for (const ModeValue& m : at(v, "mode", parse_mode_value)) modes.push_back(m);
+        for (const ModeSpec& m : at(v, "mode", parse_mode_spec)) modes.push_back(m);
       }
       for (const Value& v : ax["backend"]) {
         at(v, "backend", [](const std::string& s) { return backend_unsupported(s, GemmOptions{}); });
@@ -358,7 +344,7 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
         }
       }
       cross(picks, [](Proto& p, const PlacementPick& x) { p.lhs = x.lhs, p.rhs = x.rhs, p.filter = x.filter; });
-      cross(modes, [](Proto& p, const ModeValue& m) { p.c.gemm.mode = m.mode, p.c.gemm.promotion = m.promo; });
+      cross(modes, [](Proto& p, const ModeSpec& m) { p.c.gemm.mode = m.mode, p.c.gemm.promotion = m.promo; });
       std::vector<std::string> backends;
       for (const Value& v : ax["backend"]) backends.push_back(opt.backend_override.empty() ? v.text : opt.backend_override);
       cross(backends, [](Proto& p, const std::string& b) { p.c.backend = b; });
@@ -530,9 +516,9 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
             if (!plan_has(name, "fsdp")) d.fsdp_gather = GatherDtype::bf16;
             if (!plan_has(name, "ep")) d.fp8_dispatch = false;
             if (d.rejected.empty() && d.fsdp_gather == GatherDtype::fp8 && d.gemm.mode != Mode::exact &&
-                d.gemm.mode != Mode::promote_fp32) {
-              d.rejected = cat("fsdp_gather = fp8 runs the passes on the gathered fp8 weight: modes exact and "
-                               "promote-fp32 only, not ", d.mode_label());
+                !is_promoted(d.gemm.mode)) {
+              d.rejected = cat("fsdp_gather = fp8 runs the passes on the gathered fp8 weight: modes exact, "
+                               "promote-fp32 and hopper-tc only, not ", d.mode_label());
             }
             out.push_back(std::move(d));
           }

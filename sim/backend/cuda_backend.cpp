@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
   }
   void require_quantized(const char* pass, const GemmOptions& opt) const {
     require(pass, opt);
-    if (opt.mode != Mode::promote_fp32) fail(pass, " on backend ", name_, ": a quantized weight needs promote-fp32");
+    if (!is_promoted(opt.mode)) fail(pass, " on backend ", name_, ": a quantized weight needs promote-fp32 or hopper-tc");
   }
 
   // The quantized GEMM of one pass on device operands; out is (rows, cols) of opt.out values.
@@ -288,18 +288,20 @@ const std::vector<std::string>& cuda_backend_names() {
 
 std::string cuda_backend_unsupported(const std::string& name, const GemmOptions& opt) {
   if (opt.mode == Mode::hp64) return {};  // the GPU fp64 reference, either backend
-  if (opt.mode != Mode::promote_fp32) {
-    return cat(name, " computes hp64 and promote-fp32 only, not ", mode_name(opt.mode),
-               ": run that mode with --backend reference");
-  }
   if (name == kSimt) {
+    if (!is_promoted(opt.mode)) {
+      return cat(name, " computes hp64, promote-fp32 and hopper-tc only, not ", mode_name(opt.mode),
+                 ": run that mode with --backend reference");
+    }
     if (opt.out == OutDtype::fp64) return "the simt GEMM writes bf16 or fp32 output, not fp64";
     return {};
   }
   if (name == kLt) {
-    if (opt.promotion != Promotion::cublas) {
-      return "cuda-cublaslt runs cuBLASLt's own tensor-core promotion and is held against promote-fp32/cublas: "
-             "use --promotion cublas";
+    // cuBLASLt computes what it computes; the mode names the model it is held to, and only
+    // hopper-tc/cublas models it bit for bit.
+    if (opt.mode != Mode::hopper_tc || opt.promotion != Promotion::cublas) {
+      return cat("cuda-cublaslt runs cuBLASLt's tensor cores, modelled bit for bit by hopper-tc:cublas, not ",
+                 mode_label(opt.mode, opt.promotion), ": use mode hopper-tc:cublas (or hp64)");
     }
     return kernels::cublaslt_unsupported(opt.quant, opt.out);
   }

@@ -18,16 +18,12 @@
 namespace fp8moe::cli {
 namespace {
 
-struct ModeSpec {
-  Mode mode;
-  Promotion promo;
-  std::string label() const { return mode_label(mode, promo); }
-  std::string group() const {
-    std::string g = label();
-    for (char& c : g) c = c == '/' ? ':' : c;
-    return g;
-  }
-};
+// The --save group of a mode: its label with ':' for '/' (an HDF5 path separator).
+std::string mode_group(const ModeSpec& m) {
+  std::string g = m.label();
+  for (char& c : g) c = c == '/' ? ':' : c;
+  return g;
+}
 
 std::vector<ModeSpec> parse_modes(const std::string& list) {
   std::vector<ModeSpec> out;
@@ -44,17 +40,7 @@ std::vector<ModeSpec> parse_modes(const std::string& list) {
          }
          return v;
        }()) {
-    const auto colon = tok.find_first_of(":/");
-    const Mode m = parse_mode(tok.substr(0, colon));
-    if (m == Mode::promote_fp32 && colon == std::string::npos) {
-      out.push_back({m, Promotion::deepgemm});
-      out.push_back({m, Promotion::cublas});
-    } else if (colon != std::string::npos) {
-      if (m != Mode::promote_fp32) fail("mode '", tok, "': only promote-fp32 takes a promotion order");
-      out.push_back({m, parse_promotion(tok.substr(colon + 1))});
-    } else {
-      out.push_back({m, Promotion::deepgemm});
-    }
+    for (const ModeSpec& m : parse_mode_spec(tok)) out.push_back(m);
   }
   if (out.empty()) fail("--modes is empty: give a comma list such as hp64,bf16,exact,torchao-emulated,promote-fp32");
   return out;
@@ -131,8 +117,8 @@ int cmd_gemm(const Args& args) {
       ("empty", po::value<std::string>(), "comma list of experts that receive no tokens (with --routing)")
       ("dist", po::value<std::string>()->default_value("normal"), "normal, uniform, student-t or outliers")
       ("seed", po::value<std::uint64_t>()->default_value(0), "data seed")
-      ("modes", po::value<std::string>()->default_value("hp64,bf16,exact,torchao-emulated,promote-fp32"),
-       "comma list: hp64, bf16, exact, torchao-emulated, promote-fp32[:deepgemm|:cublas]")
+      ("modes", po::value<std::string>()->default_value("hp64,bf16,exact,torchao-emulated,promote-fp32,hopper-tc"),
+       "comma list: hp64, bf16, exact, torchao-emulated, promote-fp32[:deepgemm|:cublas], hopper-tc[:deepgemm|:cublas]")
       ("format", po::value<std::string>()->default_value("e4m3"), "FP8 format: e4m3 or e5m2")
       ("block", po::value<int>()->default_value(128), "quantization block: 64, 128 or 256")
       ("pow2-scales", po::bool_switch(), "round scale multipliers down to powers of two")
@@ -246,7 +232,7 @@ int cmd_gemm(const Args& args) {
              "rel_err", "max_abs", "max_ulp", "time_ms", "status");
 
   std::vector<ModeOutputs> saved;
-  for (const ModeSpec& ms : modes) saved.push_back({ms.group(), ms.mode == Mode::hp64, {}, {}, {}});
+  for (const ModeSpec& ms : modes) saved.push_back({mode_group(ms), ms.mode == Mode::hp64, {}, {}, {}});
   bool below_floor = false;
   for (Pass p : passes) {
     GemmOptions o = base;

@@ -18,12 +18,10 @@ namespace {
 using namespace fp8moe::sim;
 
 void parse_mode_label(const std::string& s, GemmOptions& g) {
-  const auto colon = s.find_first_of(":/");
-  g.mode = parse_mode(s.substr(0, colon));
-  if (colon != std::string::npos) {
-    if (g.mode != Mode::promote_fp32) fail("mode '", s, "': only promote-fp32 takes a promotion order");
-    g.promotion = parse_promotion(s.substr(colon + 1));
-  }
+  const std::vector<ModeSpec> m = parse_mode_spec(s);
+  if (m.size() != 1) fail("--mode '", s, "' names both promotion families: write ", s, ":deepgemm or ", s, ":cublas");
+  g.mode = m[0].mode;
+  g.promotion = m[0].promo;
 }
 
 int list_scenarios(const std::string& level, const Mesh& mesh, const OpShape& shape, const ReduceOptions& reduce) {

@@ -227,9 +227,9 @@ void Exec::run() {
   make_data();
   st.assign(static_cast<std::size_t>(comm.mesh().world()), RankState{});
   if (plan.fsdp && cfg.fsdp_gather == GatherDtype::fp8 && cfg.gemm.mode != Mode::exact &&
-      cfg.gemm.mode != Mode::promote_fp32) {
-    fail("fsdp fp8 all-gather runs the passes on gathered fp8 weights, which needs mode exact or promote-fp32, not ",
-         mode_name(cfg.gemm.mode));
+      !is_promoted(cfg.gemm.mode)) {
+    fail("fsdp fp8 all-gather runs the passes on gathered fp8 weights, which needs mode exact, promote-fp32 or "
+         "hopper-tc, not ", mode_name(cfg.gemm.mode));
   }
   place_tokens();
   W1d = distribute(W1, plan.w13, comm);
