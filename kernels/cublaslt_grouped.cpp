@@ -16,10 +16,22 @@ std::string cublaslt_unsupported(const QuantOptions& q, OutDtype out) {
   return {};
 }
 
+const char* lt_reduction_name(std::int32_t scheme) {
+  switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE: return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE: return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: return "compute-type";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE: return "output-type";
+    default: return "other";
+  }
+}
+
 struct CublasLtGrouped::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::int32_t algo_id = 0, tile_id = 0, splits = 1, reduction = 0;  // read from `algo`
+  std::int64_t m = 0, n = 0, k = 0;                                   // cuBLAS's m, n, k
   std::string shape;  // for messages
   ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
@@ -75,6 +87,14 @@ CublasLtGrouped::CublasLtGrouped(std::size_t workspace_bytes) : workspace_(works
   FP8MOE_CUBLASLT_CHECK(cublasLtCreate(&handle_));
 }
 
+std::vector<std::int32_t> CublasLtGrouped::last_split_k(std::size_t experts) const {
+  std::vector<std::int32_t> s(experts, 1);
+  for (const LtCall& c : calls_) {
+    if (c.expert >= 0 && static_cast<std::size_t>(c.expert) < experts) s[static_cast<std::size_t>(c.expert)] = c.splits;
+  }
+  return s;
+}
+
 CublasLtGrouped::~CublasLtGrouped() {
   plans_.clear();
   if (handle_) cublasLtDestroy(handle_);
@@ -97,6 +117,9 @@ CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass, c
   if (it != plans_.end()) return *it->second;
   const auto [m, n, k, lda, ldb, ldd, amode, bmode, dtype] = key;
   auto p = std::make_unique<Plan>();
+  p->m = m;
+  p->n = n;
+  p->k = k;
   p->shape = cat(pass, " m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldd=", ldd,
                  " A scale ", scale_mode_name(amode), ", B scale ", scale_mode_name(bmode), ", D ",
                  dtype == CUDA_R_16BF ? "bf16" : "fp32");
@@ -135,6 +158,17 @@ CublasLtGrouped::Plan& CublasLtGrouped::plan(const Key& key, const char* pass, c
   }
   if (found == 0) fail("cuBLASLt found no algorithm for ", p->shape, " (workspace ", ws, " bytes)");
   p->algo = res.algo;
+  // The split-K count and reduction of the chosen algorithm decide its arithmetic (see LtCall).
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, std::int32_t& v, const char* name) {
+    std::size_t written = 0;
+    const cublasStatus_t s2 = cublasLtMatmulAlgoConfigGetAttribute(&p->algo, attr, &v, sizeof v, &written);
+    if (s2 != CUBLAS_STATUS_SUCCESS) cublaslt_fail(s2, "cublasLtMatmulAlgoConfigGetAttribute", __FILE__, __LINE__, name, " of ", p->shape);
+  };
+  get(CUBLASLT_ALGO_CONFIG_ID, p->algo_id, "CUBLASLT_ALGO_CONFIG_ID");
+  get(CUBLASLT_ALGO_CONFIG_TILE_ID, p->tile_id, "CUBLASLT_ALGO_CONFIG_TILE_ID");
+  get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, p->splits, "CUBLASLT_ALGO_CONFIG_SPLITK_NUM");
+  get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, p->reduction, "CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME");
+  if (p->splits < 1) p->splits = 1;
   Plan& ref = *p;
   plans_.emplace(key, std::move(p));
   return ref;
@@ -148,6 +182,7 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale), p.shape);
   FP8MOE_CUBLASLT_CHECK(
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale), p.shape);
+  calls_.push_back(LtCall{expert, p.m, p.n, p.k, p.algo_id, p.tile_id, p.splits, p.reduction});
   const float alpha = 1.0f, beta = 0.0f;
   FP8MOE_CUBLASLT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo,
                                        workspace_.get(), workspace_.bytes(), stream),
@@ -156,6 +191,7 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
 
 void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
                           const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling) {
+  calls_.clear();
   check_q(A_q, "1x128", "cublaslt fwd: A");
   check_q(W_q, "128x128", "cublaslt fwd: W");
   check_opt("fwd", opt, A_q, W_q);
@@ -194,6 +230,7 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
 void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
+  calls_.clear();
   check_q(dOut_q, "1x128", "cublaslt dgrad: dOut");
   check_q(W_q, "128x128T", "cublaslt dgrad: W (dgrad orientation)");
   check_opt("dgrad", opt, dOut_q, W_q);
@@ -233,6 +270,7 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
 void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
+  calls_.clear();
   check_q(dOutT_q, "kgrouped-lhs", "cublaslt wgrad: dOut^T");
   check_q(AT_q, "kgrouped-lhs", "cublaslt wgrad: A^T");
   check_opt("wgrad", opt, dOutT_q, AT_q);

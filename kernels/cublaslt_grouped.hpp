@@ -21,8 +21,11 @@
 //   wgrad: dOutT_q kgrouped-lhs (N,M),      AT_q kgrouped-lhs of A (K,M)   (both 1x128 along tokens)
 // Output `out`: bf16 bits (std::uint16_t) for opt.out == bf16, float for fp32. Preconditions
 // (e4m3, block 128, 16-byte alignment of every expert's operand, fwd/dgrad expert rows a multiple
-// of kLtRowMultiple) are checked on the host with messages naming the dim and value. Arithmetic: cuBLASLt's own tensor-core promotion, compared
-// with reference/'s promote-fp32/cublas in tests/kernels/test_kernels_cublaslt.cpp.
+// of kLtRowMultiple) are checked on the host with messages naming the dim and value. Arithmetic:
+// cuBLASLt's tensor cores, modelled bit for bit by reference/'s hopper-tc/cublas with each call's
+// split-K count (last_calls()); tests/kernels/test_kernels_cublaslt.cpp holds them equal.
+// The operand order is torch._scaled_mm's (its mat1 = our lhs = cuBLAS B, mat2 = our rhs = cuBLAS
+// A), so the 1x128 x 1x128 promotion order is the one PyTorch users get.
 //
 // LtScaling::per_tensor runs the same loops on the same codes with cuBLASLt's per-tensor FP8
 // scaling and scales of 1 (D = A_codes . B_codes, the block scales ignored): the speed baseline of
@@ -38,6 +41,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/quantize.hpp"
 #include "reference/gemm.hpp"
@@ -56,6 +60,16 @@ std::string cublaslt_unsupported(const QuantOptions& q, OutDtype out);
 
 enum class LtScaling { block, per_tensor };
 
+// What cuBLASLt ran for one expert's GEMM: the heuristic's algorithm as
+// cublasLtMatmulAlgoConfigGetAttribute reports it. splits (numSplitsK) and the reduction scheme
+// decide the arithmetic: hopper-tc/cublas reproduces split runs from `splits`
+// (GemmOptions::split_k).
+struct LtCall {
+  std::int64_t expert = 0, m = 0, n = 0, k = 0;
+  std::int32_t algo_id = 0, tile_id = 0, splits = 1, reduction = 0;
+};
+const char* lt_reduction_name(std::int32_t scheme);
+
 class CublasLtGrouped {
  public:
   explicit CublasLtGrouped(std::size_t workspace_bytes = std::size_t{32} << 20);
@@ -71,6 +85,11 @@ class CublasLtGrouped {
              const GemmOptions& opt, void* out, cudaStream_t stream = nullptr, LtScaling scaling = LtScaling::block);
 
   std::size_t cached_plans() const { return plans_.size(); }
+  // The experts' calls of the last fwd/dgrad/wgrad, in expert order (empty experts left out), and
+  // their split counts per expert (1 for an empty expert): what GemmOptions::split_k needs to
+  // model that call.
+  const std::vector<LtCall>& last_calls() const { return calls_; }
+  std::vector<std::int32_t> last_split_k(std::size_t experts) const;
 
  private:
   struct Plan;
@@ -87,6 +106,7 @@ class CublasLtGrouped {
   DeviceBuffer<float> scales_[2];
   DeviceBuffer<float> one_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::vector<LtCall> calls_;
 };
 
 }  // namespace fp8moe::kernels

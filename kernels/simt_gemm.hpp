@@ -1,5 +1,5 @@
 #pragma once
-// The `simt` grouped GEMM: promote-fp32 and hopper-tc (docs/SPEC.md, "Arithmetic modes") on CUDA
+// The `simt` grouped GEMM: promote-fp32 and hopper-tc (README.md, "Arithmetic modes") on CUDA
 // cores, equal bit for bit to reference/block_gemm.cpp for both promotion families, bf16/fp32
 // output and cuBLASLt's split-K runs (opt.split_k). Per output element and block: promote-fp32's
 // P is the exact integer partial of the codes (int64 for e4m3, int128 for e5m2; a block with a

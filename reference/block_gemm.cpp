@@ -1,4 +1,4 @@
-// Blockwise FP8 GEMM on the CPU: the exact, promote-fp32 and hopper-tc modes (docs/SPEC.md,
+// Blockwise FP8 GEMM on the CPU: the exact, promote-fp32 and hopper-tc modes (README.md,
 // "Arithmetic modes"). The promotion and the tensor-core step are reference/tensor_core.hpp's.
 //
 // Both modes need the exact partial P of every 128-block. For e4m3 every code is an integer

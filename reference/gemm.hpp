@@ -43,6 +43,9 @@ struct GemmOptions {
 bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32, hopper-tc
 // promote-fp32 and hopper-tc: fp32 accumulation with a promotion family.
 bool is_promoted(Mode m);
+// Why `opt.mode` cannot be computed with these options, or empty: hopper-tc/cublas models
+// cuBLASLt, whose block scaling runs e4m3 with 128-element blocks only.
+std::string mode_unsupported(const GemmOptions& opt);
 // cuBLASLt's split count of expert e under opt (1 when opt.split_k is empty); errors name e.
 int splits_of(const GemmOptions& opt, std::size_t e);
 

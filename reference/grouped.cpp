@@ -215,10 +215,24 @@ void check_q_mode(const GemmOptions& opt) {
   if (opt.mode != Mode::exact && !is_promoted(opt.mode)) {
     fail("the quantized-operand passes compute exact, promote-fp32 and hopper-tc, not ", mode_name(opt.mode));
   }
+  const std::string why = mode_unsupported(opt);
+  if (!why.empty()) fail(why);
 }
 
 
 }  // namespace
+
+std::string mode_unsupported(const GemmOptions& opt) {
+  if (opt.mode != Mode::hopper_tc || opt.promotion != Promotion::cublas) return {};
+  if (opt.quant.block != 128) {
+    return cat("hopper-tc:cublas models cuBLASLt, whose block scaling is 128 wide, not block ", opt.quant.block,
+               ": use block 128, or hopper-tc:deepgemm for a kernel promoting every ", opt.quant.block, " elements");
+  }
+  if (opt.quant.format != Fp8Format::e4m3) {
+    return "hopper-tc:cublas models cuBLASLt, which has no e5m2 x e5m2 GEMM: use format e4m3, or hopper-tc:deepgemm";
+  }
+  return {};
+}
 
 int splits_of(const GemmOptions& opt, std::size_t e) {
   if (opt.split_k.empty()) return 1;

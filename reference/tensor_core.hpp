@@ -1,7 +1,7 @@
 #pragma once
 // The Hopper FP8 tensor-core model and the promotion rules, host+device: the one definition used by
 // the CPU scalar path (reference/block_gemm.cpp), the simt kernels (kernels/simt_gemm.cu) and the
-// wgmma probe tests. docs/SPEC.md "Arithmetic modes" states the model and where it was measured.
+// wgmma probe tests. README.md "Arithmetic modes" states the model and where it was measured.
 //
 // One wgmma.mma_async m64nNk32 step (FP8 inputs, fp32 accumulator), per output element:
 //   D = W(a[0..31], b[0..31], C)
@@ -136,36 +136,39 @@ FP8MOE_HD float tc_pack(std::uint32_t m, int e, bool neg) {
   return f32_from_bits(bits | (neg ? 0x80000000u : 0u));
 }
 
-// One wgmma k32 step: D = W(a[0..n), b[0..n), c) for n <= 32 codes at strides as and bs.
+// The signed product term of lane i (0 when either code is zero) and its exponent.
+FP8MOE_HD std::int32_t tc_product(std::uint8_t ca, Fp8Format fa, std::uint8_t cb, Fp8Format fb, int& exp) {
+  const Fp8Sig x = fp8_sig(ca, fa), y = fp8_sig(cb, fb);
+  exp = x.exp + y.exp;
+  const std::int32_t p = x.sig * y.sig;
+  return x.neg != y.neg ? -p : p;
+}
+
+// One wgmma k32 step: D = W(a[0..n), b[0..n), c) for n <= 32 codes at strides as and bs. Two
+// sweeps over the codes (the largest exponent, then the aligned sum) rather than a stored array
+// of terms, so the device version keeps everything in registers.
 FP8MOE_HD float tc_step(const std::uint8_t* a, std::int64_t as, Fp8Format fa, const std::uint8_t* b, std::int64_t bs,
                         Fp8Format fb, int n, float c) {
   const int frac = fp8_spec(fa).mant_bits + fp8_spec(fb).mant_bits;
-  // Non-finite inputs first: NaN anywhere, Inf * 0 and opposite Infs give NaN; else an Inf wins.
+  // Sweep 1: non-finite inputs (NaN anywhere, Inf * 0 and opposite Infs give NaN; else an Inf
+  // wins) and E, the largest exponent of a non-zero term.
   bool nan = false, pinf = false, ninf = false;
-  std::int32_t psig[kTcStepK];
-  std::int32_t pexp[kTcStepK];
   int E = -1000;
   for (int i = 0; i < n; ++i) {
     const std::uint8_t ca = a[i * as], cb = b[i * bs];
     const bool fin_a = fp8_is_finite(ca, fa), fin_b = fp8_is_finite(cb, fb);
-    const Fp8Sig x = fp8_sig(ca, fa), y = fp8_sig(cb, fb);
-    psig[i] = 0;
-    pexp[i] = 0;
     if (!fin_a || !fin_b) {
       if (fp8_is_nan(ca, fa) || fp8_is_nan(cb, fb)) {
         nan = true;
-      } else if ((fin_a && x.sig == 0) || (fin_b && y.sig == 0)) {
+      } else if ((fin_a && (ca & 0x7fu) == 0) || (fin_b && (cb & 0x7fu) == 0)) {
         nan = true;  // Inf * 0
       } else {
-        ((x.neg != y.neg) ? ninf : pinf) = true;
+        ((((ca ^ cb) & 0x80u) != 0) ? ninf : pinf) = true;
       }
       continue;
     }
-    const std::int32_t p = x.sig * y.sig;
-    if (p == 0) continue;
-    psig[i] = (x.neg != y.neg) ? -p : p;
-    pexp[i] = x.exp + y.exp;
-    if (pexp[i] > E) E = pexp[i];
+    int e = 0;
+    if (tc_product(ca, fa, cb, fb, e) != 0 && e > E) E = e;
   }
   const std::uint32_t cu = f32_bits(c);
   const std::uint32_t cabs = cu & 0x7fffffffu;
@@ -182,13 +185,15 @@ FP8MOE_HD float tc_step(const std::uint8_t* a, std::int64_t as, Fp8Format fa, co
     if (cexp > E) E = cexp;
   }
   if (E == -1000) return 0.0f;  // every term zero
-  // Sum of the terms in units of 2^(E-13); |each| < 2^15, so 33 of them fit in int32.
+  // Sweep 2: the terms in units of 2^(E-13), truncated toward zero; |each| < 2^15, so 33 of them
+  // fit in int32.
   std::int32_t sum = 0;
   for (int i = 0; i < n; ++i) {
-    if (psig[i] == 0) continue;
-    const std::int32_t mag = psig[i] < 0 ? -psig[i] : psig[i];
-    const std::int32_t t = tc_align(mag, pexp[i] - E + kTcFracBits - frac);
-    sum += psig[i] < 0 ? -t : t;
+    int e = 0;
+    const std::int32_t p = tc_product(a[i * as], fa, b[i * bs], fb, e);
+    if (p == 0) continue;
+    const std::int32_t t = tc_align(p < 0 ? -p : p, e - E + kTcFracBits - frac);
+    sum += p < 0 ? -t : t;
   }
   if (csig != 0) {
     const std::int32_t t = tc_align(csig, cexp - E + kTcFracBits - 23);

@@ -26,7 +26,7 @@ namespace fp8moe::results {
   S(reduce_dtype) S(reduce_order) I8(fp8_dispatch) F64(lr) F64(sqnr_db) F64(sqnr_vs_single_db)            \
   F64(rel_err) F64(max_abs_err) F64(max_ulp) F64(bitwise_equal_frac) I8(block_aligned)                    \
   F64(underflow_frac) F64(saturated_frac) I64(nonfinite) I64(comm_bytes) F64(time_ms) S(status)           \
-  S(message)
+  S(message) S(split_k)
 
 struct CaseRow {
 #define FP8MOE_S(n) std::string n;

@@ -41,6 +41,12 @@ class Backend {
   //   da = dh * b * silu'(a), db = dh * silu(a), each rounded to bf16.
   virtual TensorF swiglu(const TensorF& a, const TensorF& b) = 0;
   virtual void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) = 0;
+
+  // cuBLASLt's numSplitsK per expert of the last quantized pass (empty for backends that do not
+  // run cuBLASLt): GemmOptions::split_k for hopper-tc/cublas to model that call bit for bit.
+  virtual std::vector<std::int32_t> last_split_k() const { return {}; }
+  // Every split count seen since the last call (ascending, distinct): the results' split_k.
+  virtual std::vector<std::int32_t> take_splits_seen() { return {}; }
 };
 
 // Backends by name: "reference" (CPU); with CUDA also "cuda-simt" and "cuda-cublaslt"
@@ -52,6 +58,10 @@ const std::vector<std::string>& backend_names();
 // when it can. Needs no device, so `fp8moe list` can reject such cases anywhere. Unknown names:
 // Error listing the known ones.
 std::string backend_unsupported(const std::string& name, const GemmOptions& opt);
+
+// cuBLASLt's split-K counts of every cuBLASLt call in this process since the last take (distinct,
+// ascending; empty in a build without CUDA): the results' split_k column.
+std::vector<std::int32_t> take_cublaslt_splits_seen();
 
 // bf16 (or fp32) values of a pass output as float, the dtype layers pass between ops.
 TensorF to_float(const TensorD& t);

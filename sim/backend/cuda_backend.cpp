@@ -11,6 +11,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
+#include <set>
 
 #include "kernels/check.hpp"
 #include "kernels/cublaslt_grouped.hpp"
@@ -24,6 +26,10 @@ namespace {
 
 using kernels::DeviceBuffer;
 using kernels::DeviceQuantized;
+
+// Every cuBLASLt split count seen in this process (fake meshes run ranks on several threads).
+std::mutex g_splits_mutex;
+std::set<std::int32_t> g_splits_seen;
 
 constexpr const char* kSimt = "cuda-simt";
 constexpr const char* kLt = "cuda-cublaslt";
@@ -157,6 +163,13 @@ class CudaBackend final : public Backend {
     return run_fwd_dgrad(Pass::dgrad, dOut, TensorF(), offs, opt, &W_q);
   }
 
+  std::vector<std::int32_t> last_split_k() const override { return last_split_k_; }
+  std::vector<std::int32_t> take_splits_seen() override {
+    std::vector<std::int32_t> v(splits_seen_.begin(), splits_seen_.end());
+    splits_seen_.clear();
+    return v;
+  }
+
   TensorF swiglu(const TensorF& a, const TensorF& b) override { return cpu_->swiglu(a, b); }
   void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) override {
     cpu_->swiglu_backward(a, b, dh, da, db);
@@ -202,9 +215,15 @@ class CudaBackend final : public Backend {
   void call_lt(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
                const GemmOptions& opt, void* out) {
     switch (p) {
-      case Pass::fwd: return lt_->fwd(l, r, offs, opt, out);
-      case Pass::dgrad: return lt_->dgrad(l, r, offs, opt, out);
-      case Pass::wgrad: return lt_->wgrad(l, r, offs, opt, out);
+      case Pass::fwd: lt_->fwd(l, r, offs, opt, out); break;
+      case Pass::dgrad: lt_->dgrad(l, r, offs, opt, out); break;
+      case Pass::wgrad: lt_->wgrad(l, r, offs, opt, out); break;
+    }
+    last_split_k_ = lt_->last_split_k(offs.size());
+    const std::lock_guard<std::mutex> lock(g_splits_mutex);
+    for (const kernels::LtCall& c : lt_->last_calls()) {
+      splits_seen_.insert(c.splits);
+      g_splits_seen.insert(c.splits);
     }
   }
 
@@ -277,9 +296,18 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<kernels::CublasLtGrouped> lt_;
+  std::vector<std::int32_t> last_split_k_;
+  std::set<std::int32_t> splits_seen_;
 };
 
 }  // namespace
+
+std::vector<std::int32_t> take_cublaslt_splits_seen() {
+  const std::lock_guard<std::mutex> lock(g_splits_mutex);
+  std::vector<std::int32_t> v(g_splits_seen.begin(), g_splits_seen.end());
+  g_splits_seen.clear();
+  return v;
+}
 
 const std::vector<std::string>& cuda_backend_names() {
   static const std::vector<std::string> names{kSimt, kLt};

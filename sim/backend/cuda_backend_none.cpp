@@ -17,6 +17,8 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {
   fail("backend '", name, "' needs a build with CUDA (nvcc was not found when this fp8moe was configured)");
 }
 
+std::vector<std::int32_t> take_cublaslt_splits_seen() { return {}; }
+
 std::size_t CudaCaseBytes::total() const { return op + fixed + comm; }
 
 CudaCaseBytes cuda_case_device_bytes(const std::string& backend, const CudaCaseShape&) {

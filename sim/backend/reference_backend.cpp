@@ -90,6 +90,8 @@ void check_backend_name(const std::string& name) {
 
 std::string backend_unsupported(const std::string& name, const GemmOptions& opt) {
   check_backend_name(name);
+  const std::string why = mode_unsupported(opt);  // hopper-tc:cublas outside cuBLASLt's options
+  if (!why.empty()) return why;
   if (name == "reference" || name == "cpu") return {};  // the reference computes every mode
   return cuda_backend_unsupported(name, opt);
 }

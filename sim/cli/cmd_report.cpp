@@ -255,6 +255,7 @@ int cmd_gate(const Args& args) {
   fmt::print("# gate {}\n", describe(run));
   sim::GateReport rep = sim::check_gates(run.rows, gates);
   if (base) sim::check_baseline(run.rows, base->rows, max_drop, rep);
+  sim::check_identities(run.rows, base ? &base->rows : nullptr, gates, rep);
   bool incomplete = run.status != "complete";
   for (const sim::GateFailure& f : rep.failures) {
     fmt::print("FAIL {}: {}: {}\n", f.gate, sim::row_label(*f.row), f.message);

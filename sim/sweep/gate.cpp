@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "reference/error.hpp"
 #include "scenarios/expand.hpp"
@@ -30,8 +31,11 @@ std::vector<Gate> parse_gates(const std::string& text, const std::string& path) 
       if (key == "description") {
         g.description = v.text;
       } else if (key == "expect") {
-        if (v.text != "bitwise") fail(v.where(), ": expect = ", v.text, ": the only expectation is bitwise (or give metric and min_db)");
-        g.expect_bitwise = true;
+        if (v.text != "bitwise" && v.text != "identical") {
+          fail(v.where(), ": expect = ", v.text, ": expect bitwise (to the single device) or identical (to the baseline "
+               "run), or give metric and min_db");
+        }
+        (v.text == "bitwise" ? g.expect_bitwise : g.expect_identical) = true;
       } else if (key == "metric") {
         if (v.text != "sqnr_db" && v.text != "sqnr_vs_single_db") {
           fail(v.where(), ": metric = ", v.text, ": use sqnr_db (vs hp64) or sqnr_vs_single_db (vs single device)");
@@ -61,10 +65,11 @@ std::vector<Gate> parse_gates(const std::string& text, const std::string& path) 
              ": a gate takes description, expect, metric, min_db and columns of the cases table");
       }
     }
-    if (g.expect_bitwise == (!g.metric.empty() || has_min)) {
-      fail(g.where, ": gate ", g.name, ": give either expect = bitwise or metric and min_db");
+    const bool expect = g.expect_bitwise || g.expect_identical;
+    if (expect == (!g.metric.empty() || has_min)) {
+      fail(g.where, ": gate ", g.name, ": give either expect = bitwise|identical or metric and min_db");
     }
-    if (!g.expect_bitwise && (g.metric.empty() || !has_min)) fail(g.where, ": gate ", g.name, ": give both metric and min_db");
+    if (!expect && (g.metric.empty() || !has_min)) fail(g.where, ": gate ", g.name, ": give both metric and min_db");
     gates.push_back(std::move(g));
   }
   return gates;
@@ -108,7 +113,7 @@ GateReport check_gates(const std::vector<CaseRow>& rows, const std::vector<Gate>
     }
     bool gated = false;
     for (const Gate& g : gates) {
-      if (!gate_matches(g, r)) continue;
+      if (g.expect_identical || !gate_matches(g, r)) continue;  // identities: check_identities
       gated = true;
       ++rep.checks;
       if (g.expect_bitwise) {
@@ -135,8 +140,13 @@ GateReport check_gates(const std::vector<CaseRow>& rows, const std::vector<Gate>
 void check_baseline(const std::vector<CaseRow>& rows, const std::vector<CaseRow>& baseline, double max_drop,
                     GateReport& rep) {
   std::map<std::string, const CaseRow*> now;
-  for (const CaseRow& r : rows) now[row_identity(r)] = &r;
+  std::set<std::string> backends;
+  for (const CaseRow& r : rows) {
+    now[row_identity(r)] = &r;
+    backends.insert(r.backend);
+  }
   for (const CaseRow& b : baseline) {
+    if (!backends.count(b.backend)) continue;
     const auto it = now.find(row_identity(b));
     ++rep.checks;
     if (it == now.end()) {
@@ -156,6 +166,44 @@ void check_baseline(const std::vector<CaseRow>& rows, const std::vector<CaseRow>
       if (!(new_v >= old_v - max_drop)) {
         rep.failures.push_back({&r, "baseline", fmt::format("{} dropped from {} to {} dB (more than {} dB)", name,
                                                             format_db(old_v), format_db(new_v), max_drop)});
+      }
+    }
+  }
+}
+
+void check_identities(const std::vector<CaseRow>& rows, const std::vector<CaseRow>* baseline,
+                      const std::vector<Gate>& gates, GateReport& rep) {
+  std::map<std::string, const CaseRow*> base;
+  if (baseline) {
+    for (const CaseRow& b : *baseline) base[row_identity(b, false)] = &b;
+  }
+  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  for (const Gate& g : gates) {
+    if (!g.expect_identical) continue;
+    for (const CaseRow& r : rows) {
+      if (r.status == "error" || !gate_matches(g, r)) continue;
+      ++rep.checks;
+      if (!baseline) {
+        rep.failures.push_back({&r, g.name, fmt::format("gate {} is an identity against a baseline run: give --baseline "
+                                                        "(e.g. results/baselines/ci.h5) ({})", g.name, g.description)});
+        continue;
+      }
+      const auto it = base.find(row_identity(r, false));
+      if (it == base.end()) {
+        rep.failures.push_back({&r, g.name, fmt::format("no row of this case in the baseline to be identical to ({})",
+                                                        g.description)});
+        continue;
+      }
+      const CaseRow& b = *it->second;
+      if (!(same(r.sqnr_db, b.sqnr_db) && same(r.sqnr_vs_single_db, b.sqnr_vs_single_db) && same(r.rel_err, b.rel_err) &&
+            same(r.max_abs_err, b.max_abs_err) && same(r.max_ulp, b.max_ulp) &&
+            same(r.bitwise_equal_frac, b.bitwise_equal_frac))) {
+        rep.failures.push_back(
+            {&r, g.name,
+             fmt::format("not identical to the baseline's {} row (backend {}): sqnr_db {} vs {}, rel_err {:.6e} vs {:.6e}, "
+                         "max_abs_err {:.6e} vs {:.6e}, split_k [{}] ({})",
+                         b.mode, b.backend, format_db(r.sqnr_db), format_db(b.sqnr_db), r.rel_err, b.rel_err,
+                         r.max_abs_err, b.max_abs_err, r.split_k, g.description)});
       }
     }
   }

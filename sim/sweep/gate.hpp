@@ -8,6 +8,8 @@
 //   strategy = !*contraction*  #   values are globs separated by ';', '!' negates; a row must
 //   mode = !hp64               #   match every match key
 //   expect = bitwise           # or: metric = sqnr_db | sqnr_vs_single_db, min_db = 27
+//                              # or: expect = identical (to the baseline run's row of the same
+//                              #     case on its own backend: every metric identical)
 //
 // A row with status error, or a NaN metric under a floor, fails. Every matching gate applies.
 #include <string>
@@ -26,6 +28,7 @@ struct Gate {
   std::string name, description, where;  // where: "gates.ini:12"
   std::vector<GateMatch> match;
   bool expect_bitwise = false;
+  bool expect_identical = false;  // identical metrics to the baseline's row of the same case
   std::string metric;  // sqnr_db | sqnr_vs_single_db
   double min_db = 0;
 };
@@ -46,9 +49,16 @@ struct GateReport {
 bool gate_matches(const Gate& g, const results::CaseRow& r);
 GateReport check_gates(const std::vector<results::CaseRow>& rows, const std::vector<Gate>& gates);
 // No matched row dropped more than max_drop dB (sqnr_db and sqnr_vs_single_db), no bitwise row
-// lost its bitwise equality, and no baseline row is missing.
+// lost its bitwise equality, and no baseline row is missing. Only baseline rows of a backend the
+// run has are held to this (a GPU run against the CPU baseline meets the identity gates instead).
 void check_baseline(const std::vector<results::CaseRow>& rows, const std::vector<results::CaseRow>& baseline,
                     double max_drop, GateReport& rep);
+
+// The `expect = identical` gates: every run row a gate matches has a baseline row of the same
+// case (any backend) with identical metrics. Without a baseline, a matched row is a failure
+// asking for one.
+void check_identities(const std::vector<results::CaseRow>& rows, const std::vector<results::CaseRow>* baseline,
+                      const std::vector<Gate>& gates, GateReport& rep);
 
 // "case 12 op tp=2 A=[R] W=[S(1)] fwd out promote-fp32/cublas": how failures name a row.
 std::string row_label(const results::CaseRow& r);

@@ -138,6 +138,7 @@ CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
   const auto t0 = std::chrono::steady_clock::now();
   CaseResult res;
   const CaseRow base = case_row_template(c);
+  (void)take_cublaslt_splits_seen();  // this case's calls only
   try {
     // The case's SPMD body on the mesh runtime (one call per rank-set this process drives, maybe
     // on several threads); the results of the call holding global rank 0 are kept. A process
@@ -244,8 +245,11 @@ CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
       saturated += op.q.stats.saturated;
     }
     const std::string message = report_message(report);
+    std::string split_k;
+    for (const std::int32_t k : take_cublaslt_splits_seen()) split_k += (split_k.empty() ? "" : ",") + std::to_string(k);
     for (const TensorReport& t : report.tensors) {
       CaseRow row = base;
+      row.split_k = split_k;
       row.strategy = report.strategy;
       row.comm_bytes = report.comm_bytes_max_rank;
       row.underflow_frac = elements ? static_cast<double>(underflow) / static_cast<double>(elements) : 0.0;

@@ -1,6 +1,7 @@
-// The simt grouped GEMM (kernels/simt_gemm.hpp) against reference/'s promote-fp32 grouped_*_q:
-// bitwise, all three passes, both promotion orders, bf16 and fp32 output, e4m3 and e5m2, blocks
-// 64/128/256, random shapes with empty and ragged experts. Label gpu: exits 77 without a device.
+// The simt grouped GEMM (kernels/simt_gemm.hpp) against reference/'s promote-fp32 and hopper-tc
+// grouped_*_q: bitwise, all three passes, both promotion families, bf16 and fp32 output, e4m3 and
+// e5m2, blocks 64/128/256, cuBLASLt's split-K runs, random shapes with empty and ragged experts.
+// Label gpu: exits 77 without a device.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -16,13 +17,13 @@ namespace {
 using namespace fp8moe;
 
 // Expert sizes: some empty, ragged (any count) unless `multiple` (wgrad needs multiples of B).
-std::vector<std::int32_t> random_offs(std::mt19937_64& rng, int E, int B, bool multiple) {
+std::vector<std::int32_t> random_offs(std::mt19937_64& rng, int E, int B, bool multiple, int kmul = 3) {
   std::vector<std::int32_t> offs;
   std::int32_t end = 0;
   for (int e = 0; e < E; ++e) {
     const int kind = static_cast<int>(rng() % 4);
     std::int32_t n = 0;
-    if (kind != 0) n = multiple ? B * static_cast<std::int32_t>(1 + rng() % 3) : static_cast<std::int32_t>(1 + rng() % 300);
+    if (kind != 0) n = multiple ? B * static_cast<std::int32_t>(1 + rng() % kmul) : static_cast<std::int32_t>(1 + rng() % 300);
     end += n;
     offs.push_back(end);
   }
@@ -35,13 +36,17 @@ std::vector<float> as_floats(const TensorD& t) {
   return f;
 }
 
-// One pass on CPU-quantized operands, both sides; bitwise comparison.
-void check_pass(Pass pass, std::uint64_t seed, const GemmOptions& opt) {
+// One pass on CPU-quantized operands, both sides; bitwise comparison. long_k: contractions of up
+// to 40 blocks (split-K runs need several), the other dims small.
+void check_pass(Pass pass, std::uint64_t seed, const GemmOptions& opt, bool long_k = false) {
   std::mt19937_64 rng(seed);
   const int B = opt.quant.block;
   const int E = 1 + static_cast<int>(rng() % 4);
-  const std::int64_t N = B * static_cast<std::int64_t>(1 + rng() % 3), K = B * static_cast<std::int64_t>(1 + rng() % 3);
-  const std::vector<std::int32_t> offs = random_offs(rng, E, B, pass == Pass::wgrad);
+  const int kmul = long_k ? 40 : 3;
+  const bool n_long = long_k && pass == Pass::dgrad, k_long = long_k && pass == Pass::fwd;
+  const std::int64_t N = B * static_cast<std::int64_t>(1 + rng() % (n_long ? kmul : 3));
+  const std::int64_t K = B * static_cast<std::int64_t>(1 + rng() % (k_long ? kmul : 3));
+  const std::vector<std::int32_t> offs = random_offs(rng, E, B, pass == Pass::wgrad, long_k ? kmul : 3);
   const std::int64_t M = offs.back();
   CAPTURE(std::string(pass_name(pass)));
   CAPTURE(mode_label(opt.mode, opt.promotion));
@@ -84,38 +89,64 @@ void check_pass(Pass pass, std::uint64_t seed, const GemmOptions& opt) {
   CHECK_MESSAGE(d.ok(), d.count, " of ", got.size(), " outputs differ; first: ", d.first_desc);
 }
 
-GemmOptions options(Promotion p, OutDtype out, Fp8Format f, int B) {
+GemmOptions options(Promotion p, OutDtype out, Fp8Format f, int B, Mode m = Mode::promote_fp32) {
   GemmOptions opt;
-  opt.mode = Mode::promote_fp32;
+  opt.mode = m;
   opt.promotion = p;
   opt.out = out;
   opt.quant = QuantOptions{B, false, f};
   return opt;
 }
 
-TEST_CASE("simt grouped GEMM is bitwise reference promote-fp32: passes x orders x output dtypes x formats") {
+TEST_CASE("simt grouped GEMM is bitwise the reference: modes x passes x families x output dtypes x formats") {
   const std::uint64_t base = test::seed_for(521);
   CAPTURE(base);
   std::uint64_t n = 0;
-  for (Pass pass : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
-    for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
-      for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
-        for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
-          for (int rep = 0; rep < 3; ++rep) check_pass(pass, base + n++, options(p, out, f, 128));
+  for (Mode m : {Mode::promote_fp32, Mode::hopper_tc}) {
+    for (Pass pass : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
+      for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
+        for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+          for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+            const GemmOptions opt = options(p, out, f, 128, m);
+            if (!mode_unsupported(opt).empty()) continue;  // hopper-tc:cublas is e4m3 only
+            for (int rep = 0; rep < 3; ++rep) check_pass(pass, base + n++, opt);
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("simt grouped GEMM is bitwise reference promote-fp32 with blocks 64 and 256") {
+TEST_CASE("simt grouped GEMM is bitwise the reference with blocks 64 and 256") {
   const std::uint64_t base = test::seed_for(522);
   CAPTURE(base);
   std::uint64_t n = 0;
-  for (int B : {64, 256}) {
+  for (Mode m : {Mode::promote_fp32, Mode::hopper_tc}) {
+    for (int B : {64, 256}) {
+      for (Pass pass : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
+        for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
+          const GemmOptions opt = options(p, OutDtype::bf16, Fp8Format::e4m3, B, m);
+          if (!mode_unsupported(opt).empty()) continue;  // hopper-tc:cublas is block 128 only
+          check_pass(pass, base + n++, opt);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("simt grouped GEMM reproduces cuBLASLt's split-K runs like the reference, both modes") {
+  const std::uint64_t base = test::seed_for(525);
+  CAPTURE(base);
+  std::mt19937_64 rng(base);
+  std::uint64_t n = 0;
+  for (Mode m : {Mode::promote_fp32, Mode::hopper_tc}) {
     for (Pass pass : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
-      for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
-        check_pass(pass, base + n++, options(p, OutDtype::bf16, Fp8Format::e4m3, B));
+      for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+        GemmOptions opt = options(Promotion::cublas, out, Fp8Format::e4m3, 128, m);
+        opt.split_k.clear();
+        for (int e = 0; e < 4; ++e) opt.split_k.push_back(1 + static_cast<std::int32_t>(rng() % 12));
+        CAPTURE(opt.split_k[0]);
+        check_pass(pass, base + n++, opt, true);
       }
     }
   }
@@ -127,11 +158,14 @@ TEST_CASE("simt block GEMM on arbitrary codes, NaN and Inf included, matches the
   const std::uint64_t seed = test::seed_for(523);
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
+  for (Mode m : {Mode::promote_fp32, Mode::hopper_tc}) {
   for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
     for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
       CAPTURE(std::string(format_name(f)));
       CAPTURE(std::string(promotion_name(p)));
-      const GemmOptions opt = options(p, OutDtype::fp32, f, 128);
+      CAPTURE(std::string(mode_name(m)));
+      const GemmOptions opt = options(p, OutDtype::fp32, f, 128, m);
+      if (!mode_unsupported(opt).empty()) continue;
       const std::int64_t rows = 70, cols = 130, kc = 384, nkb = kc / 128;
       std::vector<std::uint8_t> lc(static_cast<std::size_t>(rows * kc)), rc(static_cast<std::size_t>(cols * kc));
       // mostly finite: a NaN/Inf code in about 1 of 2000
@@ -162,6 +196,7 @@ TEST_CASE("simt block GEMM on arbitrary codes, NaN and Inf included, matches the
       const test::Diff d = test::compare_floats(w, out.download());
       CHECK_MESSAGE(d.ok(), d.count, " outputs differ; first: ", d.first_desc);
     }
+  }
   }
 }
 

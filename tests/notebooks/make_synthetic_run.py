@@ -175,7 +175,8 @@ def write(path, seed, status, save_blocks):
                       ("sqnr_vs_single_db", "f8"), ("rel_err", "f8"), ("max_abs_err", "f8"),
                       ("max_ulp", "f8"), ("bitwise_equal_frac", "f8"), ("block_aligned", "i1"),
                       ("underflow_frac", "f8"), ("saturated_frac", "f8"), ("nonfinite", "i8"),
-                      ("comm_bytes", "i8"), ("time_ms", "f8"), S("status"), S("message")])
+                      ("comm_bytes", "i8"), ("time_ms", "f8"), S("status"), S("message"),
+                      S("split_k")])
     rows, blocks = [], {}
     cache = {}
     cid = 0
@@ -210,7 +211,7 @@ def write(path, seed, status, save_blocks):
                          float(np.abs(np.round((bf16(truth) - out) / np.maximum(np.abs(truth), 1e-30) * 128)).max()),
                          float(bits), int(aligned), under / n_in, sat / n_in, 0,
                          0 if shard is None else out.size * 2 // world, ms,
-                         "ok" if ok else "fail", "; ".join(notes)))
+                         "ok" if ok else "fail", "; ".join(notes), ""))
             if save_blocks and stats is not None:
                 blocks[cid] = (key, tensor, tiles(truth, out), tiles(single, out), stats)
             cid += 1
@@ -233,7 +234,7 @@ def write(path, seed, status, save_blocks):
                              256, 256, "explicit", "128,256", "normal", seed, "bf16", "fp32", "ascending",
                              0, 0.0, base + rng.normal(0, 0.3), vs_single + (0 if plan == "single" else rng.normal(0, 0.3)),
                              0.05, 0.1, 3.0, 1.0 if plan == "single" else 0.4, 1, 0.0, 0.0, 0, 4096 * world,
-                             1.0, "ok", ""))
+                             1.0, "ok", "", ""))
             cid += 1
     with h5py.File(path, "w") as f:
         a = f.attrs

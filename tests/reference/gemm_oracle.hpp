@@ -39,7 +39,15 @@ struct OracleOut {
   long double abs_sum;          // sum |a_k b_k|, for error bounds
 };
 
-inline OracleOut oracle_element(const DenseQ& L, std::int64_t i, const DenseQ& R, std::int64_t j, int B, Fp8Format f) {
+// The promotion of README.md "Arithmetic modes" written out: fma(P, fl(sa*sb), y), except cuBLASLt's act x act
+// (1x128 x 1x128, wgrad) order fma(fl(P*s_lhs), s_rhs, y).
+inline float oracle_promote(bool cublas, bool act_act, float P, float sa, float sb, float y) {
+  if (cublas && act_act) return std::fma(P * sa, sb, y);
+  return std::fma(P, sa * sb, y);
+}
+
+inline OracleOut oracle_element(const DenseQ& L, std::int64_t i, const DenseQ& R, std::int64_t j, int B, Fp8Format f,
+                                bool act_act) {
   OracleOut o{0, 0.0f, 0.0f, 0};
   double acc = 0;
   float dg = 0.0f, cb = 0.0f;
@@ -54,8 +62,8 @@ inline OracleOut oracle_element(const DenseQ& L, std::int64_t i, const DenseQ& R
     const double pd = static_cast<double>(p);
     const float pf = static_cast<float>(p);  // one rounding of the exact partial
     acc = std::fma(pd, static_cast<double>(sa) * static_cast<double>(sb), acc);
-    dg = std::fma(sa * sb, pf, dg);
-    cb = std::fma(pf * sa, sb, cb);
+    dg = oracle_promote(false, act_act, pf, sa, sb, dg);
+    cb = oracle_promote(true, act_act, pf, sa, sb, cb);
   }
   o.exact_unrounded = acc;
   o.promote_deepgemm = dg;

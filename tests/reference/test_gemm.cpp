@@ -11,6 +11,7 @@
 #include "reference/metrics.hpp"
 #include "support/test_support.hpp"
 #include "tests/reference/gemm_oracle.hpp"
+#include "tests/reference/tc_oracle.hpp"
 
 using namespace fp8moe;
 using fp8moe::test::DenseQ;
@@ -96,15 +97,20 @@ DenseQ tokens_of(const Quantized& q, bool lhs, std::int64_t s, std::int64_t Me) 
   return d;
 }
 
-// Checks every element of the exact (fp64 out) and promote-fp32 (fp32 out, both orders) results of
-// `pass` against the oracle, bitwise, and exact against a long double dequantized product.
+// Checks every element of the exact (fp64 out), promote-fp32 and hopper-tc (fp32 out, both
+// families; hopper-tc:cublas where cuBLASLt's options allow it) results of `pass` against the
+// oracles, bitwise, and exact against a long double dequantized product.
 void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
   const int B = qo.block;
   GemmOptions ex = opts(Mode::exact, Promotion::deepgemm, OutDtype::fp64);
   GemmOptions dg = opts(Mode::promote_fp32, Promotion::deepgemm, OutDtype::fp32);
   GemmOptions cb = opts(Mode::promote_fp32, Promotion::cublas, OutDtype::fp32);
-  ex.quant = dg.quant = cb.quant = qo;
+  GemmOptions tdg = opts(Mode::hopper_tc, Promotion::deepgemm, OutDtype::fp32);
+  GemmOptions tcb = opts(Mode::hopper_tc, Promotion::cublas, OutDtype::fp32);
+  ex.quant = dg.quant = cb.quant = tdg.quant = tcb.quant = qo;
+  const bool with_tcb = mode_unsupported(tcb).empty();
   const TensorD y_ex = run(pass, p, ex), y_dg = run(pass, p, dg), y_cb = run(pass, p, cb);
+  const TensorD y_tdg = run(pass, p, tdg), y_tcb = with_tcb ? run(pass, p, tcb) : y_tdg;
   const std::int64_t E = static_cast<std::int64_t>(p.offs.size());
   // quantize once per pass; the oracle reads the codes and scales through their layouts
   const bool wg = pass == Pass::wgrad;
@@ -119,7 +125,10 @@ void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
     const std::int64_t out_row0 = wg ? e * L.rows : s, ldc = R.rows;
     for (std::int64_t i = 0; i < L.rows; ++i) {
       for (std::int64_t j = 0; j < R.rows; ++j) {
-        const test::OracleOut o = test::oracle_element(L, i, R, j, B, qo.format);
+        const bool act_act = wg;
+        const test::OracleOut o = test::oracle_element(L, i, R, j, B, qo.format, act_act);
+        const float h_dg = test::oracle_hopper_element(L, i, R, j, B, qo.format, act_act, false);
+        const float h_cb = with_tcb ? test::oracle_hopper_element(L, i, R, j, B, qo.format, act_act, true) : h_dg;
         const std::size_t idx = static_cast<std::size_t>((out_row0 + i) * ldc + j);
         // Exact FP8 arithmetic against a long double product of the dequantized operands:
         // within fp64 rounding of the block combination (one rounding per block and one final).
@@ -132,6 +141,7 @@ void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
         const bool ok = y_ex.data[idx] == static_cast<double>(o.exact_unrounded) &&
                         y_dg.data[idx] == static_cast<double>(o.promote_deepgemm) &&
                         y_cb.data[idx] == static_cast<double>(o.promote_cublas) &&
+                        y_tdg.data[idx] == static_cast<double>(h_dg) && y_tcb.data[idx] == static_cast<double>(h_cb) &&
                         std::fabs(static_cast<long double>(y_ex.data[idx]) - ld) <= bound;
         if (!ok && mismatches++ == 0) {
           auto g = [](double v) {
@@ -142,7 +152,9 @@ void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
           first = fp8moe::cat("expert ", e, " element (", i, ",", j, "): exact ", g(y_ex.data[idx]), " vs oracle ",
                               g(static_cast<double>(o.exact_unrounded)), " (long double ", g(static_cast<double>(ld)),
                               "), deepgemm ", g(y_dg.data[idx]), " vs ", g(o.promote_deepgemm), ", cublas ",
-                              g(y_cb.data[idx]), " vs ", g(o.promote_cublas));
+                              g(y_cb.data[idx]), " vs ", g(o.promote_cublas), ", hopper-tc/deepgemm ",
+                              g(y_tdg.data[idx]), " vs ", g(h_dg), ", hopper-tc/cublas ", g(y_tcb.data[idx]), " vs ",
+                              g(h_cb));
         }
         ++checked;
       }
@@ -156,7 +168,7 @@ void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
 
 }  // namespace
 
-TEST_CASE("exact and promote-fp32 equal the independent oracle bitwise, every pass") {
+TEST_CASE("exact, promote-fp32 and hopper-tc equal the independent oracles bitwise, every pass") {
   const std::uint64_t seed = test::seed_for(101);
   CAPTURE(seed);
   QuantOptions qo;
@@ -260,10 +272,20 @@ TEST_CASE("modes differ from each other where they should") {
   CHECK(differ(bf, emu));
   CHECK(differ(ex, ex32));
   CHECK(differ(ex32, dg));
-  CHECK(differ(dg, cb));
+  // act x weight: both families promote fma(P, fl(sa*sb), y); the tensor core's P differs
+  CHECK(!differ(dg, cb));
+  const auto tc = y(Mode::hopper_tc, Promotion::cublas, OutDtype::fp32);
+  CHECK(differ(dg, tc));
+  CHECK(!differ(tc, y(Mode::hopper_tc, Promotion::deepgemm, OutDtype::fp32)));
+  // act x act (wgrad): cuBLASLt's fma(fl(P*s_lhs), s_rhs, y) differs from DeepGEMM's order
+  for (Mode m : {Mode::promote_fp32, Mode::hopper_tc}) {
+    CAPTURE(std::string(mode_name(m)));
+    CHECK(differ(run(Pass::wgrad, p, opts(m, Promotion::deepgemm, OutDtype::fp32)).data,
+                 run(Pass::wgrad, p, opts(m, Promotion::cublas, OutDtype::fp32)).data));
+  }
   CHECK(differ(emu, y(Mode::exact, Promotion::deepgemm, OutDtype::bf16)));
   // and yet all of them are close to the truth
-  for (const auto* v : {&bf, &ex, &emu, &dg, &cb}) CHECK(sqnr_db(hp, *v) > 25.0);
+  for (const auto* v : {&bf, &ex, &emu, &dg, &cb, &tc}) CHECK(sqnr_db(hp, *v) > 25.0);
   CHECK(sqnr_db(hp, bf) > 45.0);
 }
 
