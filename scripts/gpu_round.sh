@@ -38,7 +38,8 @@ step() {  # step LOG COMMAND...: appends COMMAND's output and exit status to RES
 } >"$res/device.log" 2>&1
 if [[ $what == all || $what == tests ]]; then
   for t in test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm \
-           test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm test_nccl_comm; do
+           test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend \
+           test_cuda_fake_comm test_nccl_comm; do
     step tests "$bin/$t"
   done
   for be in reference cuda-simt cuda-cublaslt; do

@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=${2:-build-gpu}
 tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
-       test_kernels_hp64 test_kernels_cublaslt test_cuda_backend test_cuda_fake_comm test_nccl_comm)
+       test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend
+       test_cuda_fake_comm test_nccl_comm)
 cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels "${tests[@]}" >&2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin"
