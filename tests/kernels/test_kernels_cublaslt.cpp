@@ -179,6 +179,83 @@ TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equa
   print_seen(seen);
 }
 
+// Expert sizes proportional to 1/(e+1)^1.1 (the zipf routing of scenarios/production.ini).
+std::vector<std::int32_t> zipf_offs(int E, std::int64_t tokens) {
+  std::vector<double> w(static_cast<std::size_t>(E));
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += w[static_cast<std::size_t>(e)] = std::pow(e + 1.0, -1.1);
+  std::vector<std::int32_t> offs;
+  double acc = 0;
+  for (int e = 0; e < E; ++e) {
+    acc += w[static_cast<std::size_t>(e)];
+    offs.push_back(static_cast<std::int32_t>(std::llround(static_cast<double>(tokens) * acc / sum)));
+  }
+  offs.back() = static_cast<std::int32_t>(tokens);
+  return offs;
+}
+
+std::vector<std::int32_t> balanced_offs(int E, std::int32_t rows) {
+  std::vector<std::int32_t> offs;
+  for (int e = 1; e <= E; ++e) offs.push_back(e * rows);
+  return offs;
+}
+
+TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc/cublas model on the GPU bitwise") {
+  // The model here is cuda-simt's hopper-tc kernel (bitwise the CPU model: test_kernels_simt_gemm)
+  // given each call's split count: the CPU would take hours at these shapes.
+  const std::uint64_t base = test::seed_for(604);
+  CAPTURE(base);
+  auto lt = sim::make_backend("cuda-cublaslt");
+  auto simt = sim::make_backend("cuda-simt");
+  struct Big {
+    Case c;
+    Pass pass;
+    OutDtype out;
+  };
+  const std::vector<Big> shapes{
+      // fp8moe bench's shapes (E, rows per expert, N, K)
+      {{"bench (8,4096,4096,7168)", 4096, 7168, balanced_offs(8, 4096), false}, Pass::fwd, OutDtype::bf16},
+      {{"bench (8,4096,7168,2048)", 7168, 2048, balanced_offs(8, 4096), false}, Pass::fwd, OutDtype::bf16},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::fwd, OutDtype::bf16},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::fwd, OutDtype::fp32},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::dgrad, OutDtype::bf16},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::wgrad, OutDtype::fp32},
+      {{"bench (16,2048,5120,8192)", 5120, 8192, balanced_offs(16, 2048), false}, Pass::fwd, OutDtype::bf16},
+      // scenarios/production.ini, one per model (zipf:1.1 routing, padded groups)
+      {{"DeepSeek-V3 E=8 T=32768 4096x7168", 4096, 7168, zipf_offs(8, 32768), true}, Pass::fwd, OutDtype::bf16},
+      {{"DeepSeek-V3 E=8 T=32768 4096x7168", 4096, 7168, zipf_offs(8, 32768), true}, Pass::wgrad, OutDtype::fp32},
+      {{"DeepSeek-V3 w2 E=8 T=32768 7168x2048", 7168, 2048, zipf_offs(8, 32768), true}, Pass::dgrad, OutDtype::bf16},
+      {{"Qwen3-MoE E=16 T=32768 3072x4096", 3072, 4096, zipf_offs(16, 32768), true}, Pass::fwd, OutDtype::bf16},
+      {{"Mixtral E=8 T=16384 14336x4096", 14336, 4096, zipf_offs(8, 16384), true}, Pass::fwd, OutDtype::bf16},
+  };
+  std::map<int, int> seen;
+  std::uint64_t n = 0;
+  for (const Big& b : shapes) {
+    const std::uint64_t seed = base + n++;
+    CAPTURE(b.c.name);
+    CAPTURE(std::string(pass_name(b.pass)));
+    CAPTURE(seed);
+    GemmOptions opt = lt_options(b.c.pad, b.out);
+    const TensorD got = run_pass(*lt, b.pass, b.c, seed, opt);
+    opt.split_k = lt->last_split_k();
+    std::string splits;
+    for (const std::int32_t k : opt.split_k) {
+      splits += fmt_int(k) + " ";
+      ++seen[k];
+    }
+    const TensorD want = run_pass(*simt, b.pass, b.c, seed, opt);
+    REQUIRE(want.shape == got.shape);
+    const Metrics m = compare(want.data, got.data);
+    std::printf("cublaslt vs hopper-tc/cublas (GPU model) | %-38s | %-5s | %-4s | splits %s| %lld outputs | bitwise-equal "
+                "%.6f | %.2f dB\n",
+                b.c.name, pass_name(b.pass), out_dtype_name(b.out), splits.c_str(), static_cast<long long>(got.numel()),
+                m.bitwise_equal_frac, m.sqnr_db);
+    CHECK(m.nonfinite == 0);
+    CHECK(m.bitwise_equal_frac == 1.0);
+  }
+  print_seen(seen);
+}
+
 TEST_CASE("cuBLASLt grouped passes vs hp64 meet the torchao op-level floors (DESIGN.md 3.8)") {
   const std::uint64_t base = test::seed_for(602);
   CAPTURE(base);

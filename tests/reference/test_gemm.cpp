@@ -362,7 +362,8 @@ TEST_CASE("bad shapes and options name the value and the fix") {
   CHECK_THROWS_AS((void)grouped_fwd(q.A, q.W, bad, opts(Mode::exact)), Error);
   CHECK_THROWS_AS((void)grouped_fwd(q.A, q.W, std::vector<std::int32_t>{100, 300}, opts(Mode::exact)), Error);
   CHECK_THROWS_AS((void)grouped_fwd(q.A, q.W, std::vector<std::int32_t>{200}, opts(Mode::exact)), Error);
-  CHECK_THROWS_AS(parse_mode("hopper-tc"), Error);
+  CHECK(parse_mode("hopper-tc") == Mode::hopper_tc);
+  CHECK_THROWS_AS(parse_mode("hopper"), Error);
   CHECK_THROWS_AS(parse_mode("fp4"), Error);
 }
 

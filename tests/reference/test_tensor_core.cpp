@@ -152,7 +152,7 @@ TEST_CASE("tc_step: random and adversarial terms") {
     t.check(a, b, 32, kE5, kE5, it % 3 == 0 ? 0.0f : random_f32(g, -40, 40));
   }
   CAPTURE(t.first);
-  CHECK(t.n > 350000);
+  CHECK(t.n >= 210000);
   CHECK(t.bad == 0);
 }
 
@@ -249,8 +249,8 @@ TEST_CASE("the block partial chains B/32 steps from +0; split-K runs cut whole u
 TEST_CASE("hopper-tc passes with cuBLASLt's split-K runs equal the oracle, and splits change numbers") {
   const std::uint64_t seed = test::seed_for(1505);
   CAPTURE(seed);
-  // small M, long K: the shapes where cuBLASLt splits (K = 16384 = 128 blocks)
-  const std::int64_t N = 32, K = 16384;
+  // small M, long K: the shapes where cuBLASLt splits (K = 8192 = 64 blocks)
+  const std::int64_t N = 128, K = 8192;
   const std::vector<std::int32_t> offs{8, 8, 40};  // one empty expert
   const TensorF A = test::random_tensor({40, K}, seed, kTensorA);
   const TensorF W = test::random_tensor({3, N, K}, seed, kTensorW);
