@@ -74,8 +74,9 @@ Case random_case(std::mt19937_64& rng) {
 const std::vector<Case> kTorchao{{"torchao E=2 [256,512]", 256, 256, {256, 512}, false},
                                  {"torchao E=3 [129,384,500] padded", 256, 256, {129, 384, 500}, true}};
 
-// Runs one pass on cuBLASLt, then the CPU model with the split counts cuBLASLt chose; returns the
-// bitwise-equal fraction and prints one log line with the splits.
+// Runs one pass on cuBLASLt, then the model (the CPU reference, or cuda-simt's hopper-tc kernel,
+// bitwise the CPU's, where the CPU would be slow) with the split counts cuBLASLt chose; returns
+// the bitwise-equal fraction and prints one log line with the splits.
 double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c, std::uint64_t seed, OutDtype out,
                      std::map<int, int>& seen) {
   GemmOptions opt = lt_options(c.pad, out);
@@ -89,10 +90,10 @@ double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c,
   const TensorD want = run_pass(cpu, p, c, seed, opt);
   REQUIRE(want.shape == got.shape);
   const Metrics m = compare(want.data, got.data);
-  std::printf("cublaslt vs hopper-tc/cublas | %-34s | %-5s | %-4s | N=%-5lld K=%-5lld | splits %-12s| bitwise-equal %.6f"
-              " | %.2f dB\n",
-              c.name, pass_name(p), out_dtype_name(out), static_cast<long long>(c.N), static_cast<long long>(c.K),
-              splits.c_str(), m.bitwise_equal_frac, m.sqnr_db);
+  std::printf("cublaslt vs hopper-tc/cublas (%s) | %-34s | %-5s | %-4s | M=%-5d N=%-5lld K=%-5lld | splits %-12s| "
+              "bitwise-equal %.6f | %.2f dB\n",
+              cpu.name().c_str(), c.name, pass_name(p), out_dtype_name(out), c.offs.back(), static_cast<long long>(c.N),
+              static_cast<long long>(c.K), splits.c_str(), m.bitwise_equal_frac, m.sqnr_db);
   CHECK(m.nonfinite == 0);
   CHECK(m.bitwise_equal_frac == 1.0);  // NaN fails
   return m.bitwise_equal_frac;
@@ -146,8 +147,20 @@ TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equa
   CAPTURE(base);
   auto lt = sim::make_backend("cuda-cublaslt");
   auto cpu = sim::make_backend("reference");
+  auto simt = sim::make_backend("cuda-simt");
   std::map<int, int> seen;
   std::uint64_t n = 0;
+  // On the CPU model itself: a split fwd with an empty expert, a split dgrad, a wgrad.
+  for (const auto& [c, p] : {std::pair{Case{"fwd E=3 split (CPU model)", 512, 16384, {32, 32, 96}, false}, Pass::fwd},
+                             std::pair{Case{"dgrad split (CPU model)", 8192, 512, {32}, false}, Pass::dgrad},
+                             std::pair{Case{"wgrad long groups (CPU model)", 128, 128, {8192, 16384}, false}, Pass::wgrad}}) {
+    for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+      const std::uint64_t seed = base + n++;
+      CAPTURE(c.name);
+      CAPTURE(seed);
+      check_bitwise(*lt, *cpu, p, c, seed, out, seen);
+    }
+  }
   std::vector<std::pair<Case, Pass>> cases;
   for (std::int64_t M : {16, 32, 64}) {
     for (std::int64_t K : {8192, 16384}) {
@@ -157,7 +170,6 @@ TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equa
       cases.push_back({Case{"dgrad split hunt", K, 512, {static_cast<std::int32_t>(M)}, false}, Pass::dgrad});
     }
   }
-  cases.push_back({Case{"fwd E=3 split", 512, 16384, {32, 32, 96}, false}, Pass::fwd});
   for (std::int64_t N : {128, 256, 512}) {
     for (std::int32_t Me : {8192, 16384, 32768}) {
       cases.push_back({Case{"wgrad split hunt", N, 128, {Me}, false}, Pass::wgrad});
@@ -173,7 +185,7 @@ TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equa
       CAPTURE(c.K);
       CAPTURE(shape_str(std::vector<std::int64_t>(c.offs.begin(), c.offs.end())));
       CAPTURE(seed);
-      check_bitwise(*lt, *cpu, p, c, seed, out, seen);
+      check_bitwise(*lt, *simt, p, c, seed, out, seen);
     }
   }
   print_seen(seen);
