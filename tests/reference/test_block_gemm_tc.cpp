@@ -135,12 +135,27 @@ std::string first_mismatch(const std::vector<double>& fast, const std::vector<do
   return "";
 }
 
+// Outputs of the kinds adversarial data must reach, so the comparison covers them (a generator
+// that stopped producing them would fail here, not pass quietly).
+struct Reached {
+  std::int64_t zero = 0, inf = 0, subnormal = 0;
+  void add(const std::vector<double>& y) {
+    for (double v : y) {
+      const float f = static_cast<float>(v);
+      zero += f == 0.0f;
+      inf += std::isinf(f);
+      subnormal += std::fpclassify(f) == FP_SUBNORMAL;
+    }
+  }
+};
+
 // The fast path (each micro-kernel) against block_gemm_scalar on one GEMM, bitwise.
 void check_tc(const BlockOperand& L, const BlockOperand& R, std::int64_t kc, const GemmOptions& o, int splits,
-              const std::string& what) {
+              const std::string& what, Reached* reached = nullptr) {
   const std::size_t n = static_cast<std::size_t>(L.rows * R.rows);
   std::vector<double> slow(n, -1.0);
   block_gemm_scalar(L, R, kc, slow.data(), R.rows, o, splits);
+  if (reached != nullptr) reached->add(slow);
   for (TcIsa isa : isas()) {
     std::vector<double> fast(n, std::nan(""));  // every element must be written
     const GemmTask t{L, R, kc, fast.data(), R.rows, splits};
@@ -172,6 +187,7 @@ TEST_CASE("hopper-tc fast path equals tc_step bitwise: every pass, promotion, dt
   std::mt19937_64 g(seed);
   // 150 x 200: partial micro-tiles (12/6 rows, 16/8 columns) and a partial second macro-tile row.
   const std::int64_t M = 150, N = 200;
+  Reached reached;
   for (int B : {64, 128, 256}) {
     const std::int64_t K = 3 * static_cast<std::int64_t>(B);
     for (const PassLayout& pl : kLayouts) {
@@ -181,12 +197,17 @@ TEST_CASE("hopper-tc fast path equals tc_step bitwise: every pass, promotion, dt
         const Operand R = make_operand(N, K, B, rb, pl.rhs_transposed, true, adversarial, g);
         for (Promotion p : {Promotion::deepgemm, Promotion::cublas}) {
           for (OutDtype od : {OutDtype::bf16, OutDtype::fp32}) {
-            check_tc(L.v, R.v, K, tc_opts(p, od, B), 1, fp8moe::cat(pl.name, adversarial ? " adversarial" : " uniform"));
+            check_tc(L.v, R.v, K, tc_opts(p, od, B), 1, fp8moe::cat(pl.name, adversarial ? " adversarial" : " uniform"),
+                     adversarial ? &reached : nullptr);
           }
         }
       }
     }
   }
+  // exact zeros (cancelling rows), Inf (huge x huge scales), fp32 subnormals (tiny x tiny)
+  CHECK(reached.zero > 0);
+  CHECK(reached.inf > 0);
+  CHECK(reached.subnormal > 0);
 }
 
 TEST_CASE("hopper-tc fast path equals the scalar path with cuBLASLt's split-K runs") {
