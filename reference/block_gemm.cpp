@@ -501,7 +501,8 @@ void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt) {
   // path hopper-tc on e4m3 with them (blocks of whole k32 steps, up to 256), handing back the
   // tasks with a NaN code.
   const bool e4m3 = opt.quant.format == Fp8Format::e4m3;
-  const bool tc_ok = e4m3 && opt.mode == Mode::hopper_tc && opt.quant.block % kTcStepK == 0 && opt.quant.block <= 256;
+  const bool tc_ok = e4m3 && opt.mode == Mode::hopper_tc && opt.quant.block % kTcStepK == 0 &&
+                     opt.quant.block <= kTcFastMaxBlock;
   std::vector<GemmTask> fast, tc, scalar;
   for (const GemmTask& t : work) {
     const bool split = opt.mode != Mode::exact && t.splits > 1;

@@ -39,7 +39,6 @@ constexpr int kMR512 = 12, kNR512 = 16;  // micro-tile: rows x columns (one zmm 
 constexpr int kMR256 = 6, kNR256 = 8;    // one ymm per row
 constexpr int kMC = 96, kNC = 256;       // macro-tile; kMC is a multiple of both kMRs
 constexpr int kMaxLanes = 16;
-constexpr int kMaxBlock = 256;                 // |C| < 2^26 above; checked on entry
 constexpr std::int32_t kScaleBias = 267 << 23;  // bits(2^(13-E)) = kScaleBias - bits(2^E)
 constexpr std::int32_t kInvBias = 254 << 23;    // bits(2^(E-13)) = kInvBias - bits(2^(13-E))
 constexpr std::int32_t kExpMask = 0x7f800000;   // bits(2^exp(C)) for a normal C
@@ -261,7 +260,9 @@ std::vector<std::size_t> block_gemm_tc(std::span<const GemmTask> tasks, const Ge
   if (opt.mode != Mode::hopper_tc || opt.quant.format != Fp8Format::e4m3) {
     fail("block_gemm_tc computes hopper-tc on e4m3, not ", mode_name(opt.mode));
   }
-  if (B % kTcStepK != 0 || B > kMaxBlock) fail("block_gemm_tc: block ", B, " must be a multiple of 32 up to ", kMaxBlock);
+  if (B % kTcStepK != 0 || B > kTcFastMaxBlock) {
+    fail("block_gemm_tc: block ", B, " must be a multiple of 32 up to ", kTcFastMaxBlock);
+  }
   if (isa == TcIsa::avx512 && !tc_have_avx512()) fail("block_gemm_tc: this CPU has no AVX-512");
   const std::size_t n = tasks.size();
   std::vector<std::size_t> refused;
