@@ -7,8 +7,9 @@
 // codes to fp64 "units" (value * 2^9, exact) and runs a register-blocked fp64 micro-kernel over
 // one k-block at a time (GotoBLAS-style packing with kc = B), then folds P into the output tile
 // with the block scales. e5m2 (units of 2^-16, products up to 2^64) and non-finite codes take
-// the scalar path with int128 partials. hopper-tc and cuBLASLt's split-K runs take the scalar
-// path too (tensor_core.hpp's step, per output element).
+// the scalar path with int128 partials, and so do promote-fp32's cuBLASLt split-K runs. hopper-tc
+// on e4m3 has its own fast path (block_gemm_tc.cpp, split-K runs included); the scalar path
+// (tensor_core.hpp's step, per output element) keeps e5m2 and operands with a NaN code.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "reference/block_gemm_tc.hpp"
 #include "reference/block_partial.hpp"
 #include "reference/gemm.hpp"
 
@@ -495,14 +497,27 @@ void block_gemm_batch(std::span<const GemmTask> tasks, const GemmOptions& opt) {
     if (t.L.rows > 0 && t.R.rows > 0) work.push_back(t);
   }
   if (work.empty()) return;
-  // The fast path computes exact and promote-fp32 on e4m3 without split-K runs.
-  std::vector<GemmTask> fast, scalar;
+  // The fast path computes exact and promote-fp32 on e4m3 without split-K runs; the hopper-tc
+  // path hopper-tc on e4m3 with them (blocks of whole k32 steps, up to 256), handing back the
+  // tasks with a NaN code.
+  const bool e4m3 = opt.quant.format == Fp8Format::e4m3;
+  const bool tc_ok = e4m3 && opt.mode == Mode::hopper_tc && opt.quant.block % kTcStepK == 0 &&
+                     opt.quant.block <= kTcFastMaxBlock;
+  std::vector<GemmTask> fast, tc, scalar;
   for (const GemmTask& t : work) {
     const bool split = opt.mode != Mode::exact && t.splits > 1;
-    const bool ok = opt.quant.format == Fp8Format::e4m3 && opt.mode != Mode::hopper_tc && !split;
-    (ok ? fast : scalar).push_back(t);
+    if (tc_ok) {
+      tc.push_back(t);
+    } else if (e4m3 && opt.mode != Mode::hopper_tc && !split) {
+      fast.push_back(t);
+    } else {
+      scalar.push_back(t);
+    }
   }
   if (!fast.empty()) block_gemm_fast(fast, opt);
+  if (!tc.empty()) {
+    for (std::size_t i : block_gemm_tc(tc, opt)) scalar.push_back(tc[i]);
+  }
   for (const GemmTask& t : scalar) block_gemm_scalar(t.L, t.R, t.kc, t.C, t.ldc, opt, t.splits);
 }
 

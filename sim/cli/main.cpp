@@ -57,7 +57,7 @@ constexpr Command kCommands[] = {
     {"run", cmd_run, "run one placement scenario on a fake mesh (op or layer level) and print its diagnostics"},
     {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},
     {"bench", cmd_bench, "GPU kernels: quantizer GB/s next to a copy, GEMM TFLOP/s next to per-tensor cuBLASLt"},
-    {"bench-cpu", cmd_bench_cpu, "GFLOP/s of the exact and promote-fp32 CPU modes next to Eigen fp32"},
+    {"bench-cpu", cmd_bench_cpu, "GFLOP/s of the exact, promote-fp32 and hopper-tc CPU modes next to Eigen fp32"},
     {"info", cmd_info, "versions, build flags and devices"},
 };
 
