@@ -25,7 +25,10 @@ std::string mode_group(const ModeSpec& m) {
   return g;
 }
 
-std::vector<ModeSpec> parse_modes(const std::string& list) {
+// The --modes list. Before any work: a family named explicitly that these options cannot compute
+// (hopper-tc:cublas outside cuBLASLt's options) is an error; a bare promoted mode keeps the
+// families that can, with a note.
+std::vector<ModeSpec> parse_modes(const std::string& list, const GemmOptions& base) {
   std::vector<ModeSpec> out;
   for (const std::string& tok : [&] {
          std::vector<std::string> v;
@@ -40,7 +43,20 @@ std::vector<ModeSpec> parse_modes(const std::string& list) {
          }
          return v;
        }()) {
-    for (const ModeSpec& m : parse_mode_spec(tok)) out.push_back(m);
+    const std::vector<ModeSpec> specs = parse_mode_spec(tok);
+    for (const ModeSpec& m : specs) {
+      GemmOptions o = base;
+      o.mode = m.mode;
+      o.promotion = m.promo;
+      const std::string why = mode_unsupported(o);
+      if (why.empty()) {
+        out.push_back(m);
+      } else if (specs.size() == 1) {
+        fail("--modes ", tok, ": ", why);
+      } else {
+        fmt::print(stderr, "note: --modes {}: {} left out ({})\n", tok, m.label(), why);
+      }
+    }
   }
   if (out.empty()) fail("--modes is empty: give a comma list such as hp64,bf16,exact,torchao-emulated,promote-fp32");
   return out;
@@ -141,7 +157,7 @@ int cmd_gemm(const Args& args) {
   base.out = parse_out_dtype(vm["out-dtype"].as<std::string>());
   if (base.out == OutDtype::fp64) fail("--out-dtype fp64 is not a GEMM output dtype: use bf16 or fp32");
   const std::vector<Pass> passes = parse_passes(vm["pass"].as<std::string>());
-  const std::vector<ModeSpec> modes = parse_modes(vm["modes"].as<std::string>());
+  const std::vector<ModeSpec> modes = parse_modes(vm["modes"].as<std::string>(), base);
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
   const Dist dist = parse_dist(vm["dist"].as<std::string>());
   const bool allow_nonfinite = vm["allow-nonfinite"].as<bool>();

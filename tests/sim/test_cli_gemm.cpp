@@ -43,10 +43,21 @@ TEST_CASE("the built-in default: every pass and mode, all quantized modes above 
   REQUIRE(r.rc == 0);
   CHECK(r.output.find("offs=[129,384,500]") != std::string::npos);
   CHECK(r.output.find("padding=on") != std::string::npos);
-  for (const char* pass : {"\nfwd ", "\ndgrad ", "\nwgrad "}) CHECK(count(r.output, pass) == 6);
-  CHECK(count(r.output, "ok (floor") == 12);
+  for (const char* pass : {"\nfwd ", "\ndgrad ", "\nwgrad "}) CHECK(count(r.output, pass) == 8);
+  CHECK(count(r.output, "ok (floor") == 18);
+  CHECK(count(r.output, "hopper-tc/cublas") == 3);
   CHECK(r.output.find("BELOW") == std::string::npos);
   CHECK(r.output.find("nan") == std::string::npos);
+}
+
+TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused before any work; a bare hopper-tc keeps deepgemm") {
+  expect_error(gemm("--block 64 --modes hopper-tc:cublas"), {"hopper-tc:cublas", "block 64", "hopper-tc:deepgemm"});
+  expect_error(gemm("--format e5m2 --modes exact,hopper-tc/cublas"), {"e5m2", "format e4m3"});
+  const Run r = gemm("--block 64 --pass fwd --modes hopper-tc");
+  CAPTURE(r.output);
+  CHECK(r.rc == 0);
+  CHECK(count(r.output, "hopper-tc/deepgemm") == 1);
+  CHECK(r.output.find("left out") != std::string::npos);  // the note names the family dropped
 }
 
 TEST_CASE("--save writes every mode's outputs; --inputs on that file reproduces them bitwise") {
