@@ -11,6 +11,7 @@
 #include <random>
 
 #include "reference/block_gemm_tc.hpp"
+#include "reference/error.hpp"
 #include "reference/gemm.hpp"
 #include "support/test_support.hpp"
 
@@ -281,6 +282,15 @@ TEST_CASE("hopper-tc batches: many macro-tiles, empty experts, and a NaN operand
     CHECK(std::signbit(batch[1][0]) == false);
     CHECK(batch[1][0] == 0.0);
   }
+  // e5m2 is the scalar path's alone: the fast path refuses it, block_gemm routes it there
+  GemmOptions o5 = tc_opts(Promotion::cublas, OutDtype::fp32, B);
+  o5.quant.format = Fp8Format::e5m2;
+  std::vector<double> y5(static_cast<std::size_t>(40 * 33), std::nan("")), s5(y5.size());
+  const GemmTask t5{L2.v, R2.v, 256, y5.data(), 33, 1};
+  CHECK_THROWS_AS((void)block_gemm_tc(std::span<const GemmTask>(&t5, 1), o5), Error);
+  block_gemm(L2.v, R2.v, 256, y5.data(), 33, o5);
+  block_gemm_scalar(L2.v, R2.v, 256, s5.data(), 33, o5);
+  CHECK(first_mismatch(y5, s5, 33).empty());
 }
 
 TEST_CASE("hopper-tc grouped passes on quantized data equal the scalar path per expert") {
