@@ -3,9 +3,11 @@
 //   fp8moe-bench-kernels [--h5 FILE] [--no-quant] [--no-gemm]
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "kernels/bench.hpp"
+#include "results/output_file.hpp"
 
 int main(int argc, char** argv) {
   fp8moe::kernels::KernelBenchOptions opt;
@@ -24,6 +26,14 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    std::optional<fp8moe::results::OutputFile> out;
+    if (!opt.h5_path.empty()) {
+      fp8moe::results::OutputRequest req;
+      req.path = opt.h5_path;
+      req.flag = "--h5";
+      out.emplace(req);
+      opt.out = &*out;
+    }
     return fp8moe::kernels::run_kernel_bench(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());

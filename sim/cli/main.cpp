@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
     if (name != c.name) continue;
     try {
       return c.run(args);
+    } catch (const fp8moe::IoError& e) {
+      // The environment failed a write (a full disk): not the user's input, so not exit 2.
+      std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, e.what());
+      return 1;
     } catch (const fp8moe::Error& e) {
       std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, e.what());
       return 2;
