@@ -156,6 +156,8 @@ int cmd_compare(const Args& args) {
   if (files.size() != 2) fail("give two sweep files: fp8moe compare A.h5 B.h5");
   const sim::TableFormat tf = sim::parse_table_format(vm["format"].as<std::string>());
   const double thr = vm["threshold"].as<double>();
+  // NaN compares false with every drop, a negative threshold counts identical rows as regressions.
+  if (!std::isfinite(thr) || thr < 0) fail("--threshold ", thr, ": give a finite number of dB >= 0, e.g. --threshold 0.5");
   const Run a = load(files[0]), b = load(files[1]);
   // Two runs on different backends (e.g. the CPU reference and cuda-simt) compare case by case.
   std::set<std::string> backends_a, backends_b;
