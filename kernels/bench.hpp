@@ -6,10 +6,17 @@
 // and /gemm when h5_path is set (root attribute status = "complete" written last).
 #include <string>
 
+namespace fp8moe::results {
+class OutputFile;
+}
+
 namespace fp8moe::kernels {
 
 struct KernelBenchOptions {
   std::string h5_path;  // empty: tables only
+  // The checked and locked --h5 file (results/output_file.hpp), set by the caller with h5_path:
+  // the rows are built in out->tmp() and published once complete.
+  results::OutputFile* out = nullptr;
   bool quant = true, gemm = true;
   std::string command;  // recorded in the file's "argv" attribute
 };

@@ -1,29 +1,43 @@
 // fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
-//   fp8moe-bench-kernels [--h5 FILE] [--no-quant] [--no-gemm]
+//   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm]
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "kernels/bench.hpp"
+#include "results/output_file.hpp"
 
 int main(int argc, char** argv) {
   fp8moe::kernels::KernelBenchOptions opt;
+  bool force = false;
   for (int i = 0; i < argc; ++i) opt.command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--h5" && i + 1 < argc) {
       opt.h5_path = argv[++i];
+    } else if (a == "--force") {
+      force = true;  // overwrite an existing --h5 file (never anything but a regular file)
     } else if (a == "--no-quant") {
       opt.quant = false;
     } else if (a == "--no-gemm") {
       opt.gemm = false;
     } else {
-      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE] [--no-quant] [--no-gemm]\n");
+      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm]\n");
       return 2;
     }
   }
   try {
+    std::optional<fp8moe::results::OutputFile> out;
+    if (!opt.h5_path.empty()) {
+      fp8moe::results::OutputRequest req;
+      req.path = opt.h5_path;
+      req.flag = "--h5";
+      req.force = force;
+      out.emplace(req);
+      opt.out = &*out;
+    }
     return fp8moe::kernels::run_kernel_bench(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());

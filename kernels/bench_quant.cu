@@ -24,6 +24,8 @@
 #include "kernels/quantize.hpp"
 #include "kernels/simt_gemm.hpp"
 #include "reference/datagen.hpp"
+#include "reference/error.hpp"
+#include "results/output_file.hpp"
 
 namespace {
 
@@ -97,20 +99,13 @@ int run_kernel_bench(const KernelBenchOptions& o) {
   FP8MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("GPU kernel bench on %s (sm_%d%d, %d SMs); median of %d runs after %d warm-up, CUDA events\n\n", p.name,
               p.major, p.minor, p.multiProcessorCount, kRuns, kWarmup);
-  // The rows go to PATH.partial, renamed to PATH once complete: a failed run leaves no file that
-  // looks like a result (and removes its partial one).
-  const std::string partial = o.h5_path + ".partial";
-  struct Cleanup {
-    const std::string* path = nullptr;
-    ~Cleanup() {
-      if (path) std::filesystem::remove(*path);
-    }
-  } cleanup;
-  std::optional<h5::File> file;  // closed before `cleanup` runs
+  // The rows go to PATH.tmp, published as PATH once complete (results/output_file.hpp): a failed
+  // run leaves no file that looks like a result (the OutputFile removes its temporary file).
+  if (!o.h5_path.empty() && !o.out) fail("run_kernel_bench: --h5 ", o.h5_path, " was not checked and locked by the caller");
+  std::optional<h5::File> file;
   std::optional<h5::Group> qrows, grows;
-  if (!o.h5_path.empty()) {
-    cleanup.path = &partial;
-    file.emplace(h5::File::create(partial));
+  if (o.out) {
+    file.emplace(h5::File::create(o.out->tmp()));
     file->set_attr("device", p.name);
     file->set_attr("sm", p.major * 10 + p.minor);
     file->set_attr("argv", o.command);
@@ -144,9 +139,8 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     file->set_attr("status", "complete");  // written last (DESIGN.md 5)
     file->close();
     file.reset();
-    std::filesystem::rename(partial, o.h5_path);
-    cleanup.path = nullptr;
-    std::printf("\nrows: %s\n", o.h5_path.c_str());
+    o.out->publish();
+    std::printf("\nrows: %s\n", o.out->path().c_str());
   }
   return 0;
 }

@@ -2,7 +2,10 @@
 #include "results/h5.hpp"
 
 #include <bit>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <type_traits>
@@ -13,8 +16,17 @@ namespace fp8moe::h5 {
 
 namespace detail {
 
+namespace {
+// HDF5 1.10's atexit handler closes files left open, and segfaults on one whose H5Fclose failed
+// (a full disk: exit 139 after the error was printed, issue 16). Every file is closed by RAII or
+// abandoned on purpose before exit, so the handler is switched off; H5dont_atexit only works
+// before the library initialises, hence a static initialiser as well as init_library.
+[[maybe_unused]] const int kNoAtexit = (H5dont_atexit(), 0);
+}  // namespace
+
 void init_library() {
   static const bool done = [] {
+    H5dont_atexit();
     if (H5open() < 0) fail("H5open failed: the HDF5 library could not be initialised");
     // Off: every failure is turned into one Error line that names the call, file and object.
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -23,7 +35,7 @@ void init_library() {
   (void)done;
 }
 
-std::string last_error() {
+Failure last_failure() {
   std::string desc;
   auto visit = [](unsigned n, const H5E_error2_t* err, void* out) -> herr_t {
     // Walking upward, entry 0 is the innermost frame: the root cause, not the API wrapper.
@@ -32,11 +44,32 @@ std::string last_error() {
   };
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, visit, &desc);
   H5Eclear2(H5E_DEFAULT);
-  return desc.empty() ? "no reason given by HDF5" : desc;
+  Failure f;
+  // The sec2 driver's write error is several lines with the errno in them ("errno = 28, error
+  // message = 'No space left on device', buf = 0x..."): keep the cause, drop the rest.
+  const auto at = desc.find("errno = ");
+  if (at != std::string::npos) f.err = std::atoi(desc.c_str() + at + 8);
+  if (f.err > 0) {
+    f.desc = cat(std::strerror(f.err), " (errno ", f.err, ")");
+  } else {
+    for (char& c : desc) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    f.desc = desc.empty() ? "no reason given by HDF5" : desc;
+  }
+  return f;
 }
 
+std::string last_error() { return last_failure().desc; }
+
 void raise(const std::string& what, const std::string& file, const char* call) {
-  fail(what, " in '", file, "': ", call, " failed (", last_error(), ")");
+  const Failure f = last_failure();
+  // The system failing a write that was right to try (a full disk, a quota, an I/O error): IoError,
+  // exit 1. Other errnos (a missing directory, permissions) are the user's to fix: Error, exit 2.
+  if (f.err == ENOSPC || f.err == EDQUOT || f.err == EIO || f.err == EFBIG) {
+    fail_io(what, " in '", file, "': ", f.desc, " (", call, " failed)");
+  }
+  fail(what, " in '", file, "': ", call, " failed (", f.desc, ")");
 }
 
 bool is_ieee_half(hid_t type) {
@@ -377,7 +410,11 @@ template Tensor<std::int64_t> Dataset::read_exact() const;
 File File::create(const std::string& path) {
   init_library();
   const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) fail("cannot create '", path, "': H5Fcreate failed (", last_error(), ")");
+  if (f < 0) {
+    const Failure why = last_failure();
+    if (why.err == ENOSPC || why.err == EDQUOT || why.err == EIO) fail_io("cannot create '", path, "': ", why.desc);
+    fail("cannot create '", path, "': H5Fcreate failed (", why.desc, ")");
+  }
   return File(Handle(f, H5Fclose), path);
 }
 
@@ -386,6 +423,8 @@ File File::open(const std::string& path, bool writable) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("no such file '", path, "'");
   if (std::filesystem::is_directory(path, ec)) fail("'", path, "' is a directory, not an HDF5 file");
+  // A FIFO would block the open forever, a device would be read as if it were a file.
+  if (!std::filesystem::is_regular_file(path, ec)) fail("'", path, "' is not a regular file, not an HDF5 file");
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_h5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
 #else
@@ -399,13 +438,18 @@ File File::open(const std::string& path, bool writable) {
 }
 
 void File::flush() {
-  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) fail("cannot flush '", file_, "': H5Fflush failed (", last_error(), ")");
+  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) raise("cannot write", file_, "H5Fflush");
 }
 
 void File::close() {
   if (!h_) return;
-  flush();
-  if (h_.reset() < 0) fail("cannot close '", file_, "': H5Fclose failed (", last_error(), ")");
+  try {
+    flush();
+  } catch (const Error&) {
+    abandon();  // the id is released before the error escapes (a retry at exit crashed HDF5)
+    throw;
+  }
+  if (h_.reset() < 0) raise("cannot close", file_, "H5Fclose");
 }
 
 }  // namespace fp8moe::h5

@@ -44,6 +44,8 @@ class Handle {
 
   Id get() const { return id_; }
   explicit operator bool() const { return id_ >= 0; }
+  // Forgets the id without closing it (File::abandon).
+  void release() { id_ = -1; }
   // Closes now and reports the close function's status (< 0 on failure); destructors ignore it.
   int reset() {
     int rc = 0;
@@ -151,6 +153,12 @@ class File : public Group {
   // (weak) close degree keeps the file open while any group or dataset of it is: let those go
   // first where the bytes must be final, e.g. before renaming a temporary file into place.
   void close();
+  // Lets the file go without closing it: after a failed write (a full disk) H5Fclose would retry
+  // the flush and could write half of the metadata over the last consistent state on disk. HDF5's
+  // atexit handler is off (h5.cpp), so the leaked id does no harm at exit.
+  void abandon() { h_.release(); }
+  // The name messages use, after the file was renamed while open (PATH.tmp -> PATH).
+  void set_name(const std::string& path) { file_ = path; }
 
  private:
   File(Handle h, std::string path) : Group(std::move(h), path, "/") {}

@@ -17,10 +17,17 @@ static_assert(std::is_same_v<herr_t, int>, "h5.hpp assumes herr_t is int");
 // Switches HDF5's automatic error printing off once: errors reach the user as one Error line.
 void init_library();
 
-// The innermost description on HDF5's error stack (the root cause), then clears the stack.
+// The innermost description on HDF5's error stack (the root cause) on one line, and the errno
+// when a system call failed; clears the stack.
+struct Failure {
+  std::string desc;
+  int err = 0;
+};
+Failure last_failure();
 std::string last_error();
 
-// Throws "<what> in '<file>': <call> failed (<HDF5's reason>)".
+// Throws "<what> in '<file>': <call> failed (<HDF5's reason>)"; IoError "<what> in '<file>':
+// No space left on device (errno 28) (<call> failed)" when the system refused a read or write.
 [[noreturn]] void raise(const std::string& what, const std::string& file, const char* call);
 
 // Checks an id-returning call and wraps the id in a Handle with its close function.

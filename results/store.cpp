@@ -8,6 +8,7 @@
 #include <set>
 
 #include "results/h5_detail.hpp"
+#include "results/output_file.hpp"
 
 namespace fp8moe::results {
 
@@ -34,6 +35,9 @@ struct Pod {
 
 constexpr const char* kTable = "cases";
 constexpr hsize_t kChunkRows = 256;
+// What a commit or a status update can add besides the rows' chunks and strings: chunk-index
+// B-tree nodes, object-header continuations, a new global-heap collection (4 KiB each).
+constexpr std::int64_t kMetadataSlack = 64 * 1024;
 
 // Memory (native) or file (little-endian) compound type of a row.
 h5::Handle row_type(bool file_type, const std::string& path) {
@@ -174,11 +178,11 @@ std::string case_group_name(std::int64_t case_id) {
 }
 
 SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance, std::int64_t cases_total) {
-  // Built as PATH.tmp and renamed once its header is flushed: a kill during creation leaves no
-  // half-made PATH (the open file follows the rename).
-  const std::string tmp = path + ".tmp";
-  SweepWriter w(h5::File::create(tmp));
+  // The caller builds it as PATH.tmp and renames it once its header is flushed (OutputFile): a
+  // kill during creation leaves no half-made PATH (the open file follows the rename).
+  SweepWriter w(h5::File::create(path), path);
   h5::File& f = w.file_;
+  w.dirty_ = true;
   f.set_attr("format", kFormatTag);
   f.set_attr("schema_version", kSchemaVersion);
   f.set_attr("status", "running");
@@ -196,24 +200,61 @@ SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance
   check(H5Pset_chunk(dcpl.get(), 1, &kChunkRows), "cannot create the cases table", path, "H5Pset_chunk");
   h5::Handle ds = own(H5Dcreate2(f.id(), kTable, ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                       H5Dclose, "cannot create the cases table", path, "H5Dcreate2");
+  w.row_bytes_ = static_cast<std::int64_t>(H5Tget_size(ftype.get()));
   f.flush();
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  w.dirty_ = false;
   return w;
+}
+
+void SweepWriter::moved_to(const std::string& path) {
+  disk_ = path;
+  file_.set_name(path);
+}
+
+void SweepWriter::reserve(std::int64_t bytes, const std::string& what) {
+  const std::int64_t target = file_size(disk_) + bytes;
+  if (const int e = try_reserve_space(disk_, target)) {
+    std::set<std::int64_t> ids;
+    for (const CaseRow& r : rows_) ids.insert(r.case_id);
+    fail_io("cannot write ", what, " to '", file_.file(), "': ", errno_message(e), " (reserving ", (bytes + 1023) / 1024,
+            " KiB); the file keeps its ", ids.size(), " committed case(s): free space, then fp8moe sweep --resume ",
+            file_.file());
+  }
+}
+
+std::int64_t SweepWriter::commit_bytes(const std::vector<CaseRow>& rows) const {
+  const auto ceil_chunks = [](std::int64_t n) { return (n + static_cast<std::int64_t>(kChunkRows) - 1) / kChunkRows; };
+  const std::int64_t end = committed_ + static_cast<std::int64_t>(rows.size());
+  const std::int64_t chunks = ceil_chunks(end) - ceil_chunks(committed_);
+  std::int64_t strings = 0;
+  for (const CaseRow& r : rows) {
+#define FP8MOE_S(n) strings += static_cast<std::int64_t>(r.n.size()) + 32;
+#define FP8MOE_N(n)
+    FP8MOE_CASE_COLUMNS(FP8MOE_S, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N, FP8MOE_N)
+#undef FP8MOE_S
+#undef FP8MOE_N
+  }
+  return chunks * static_cast<std::int64_t>(kChunkRows) * row_bytes_ + 2 * strings + kMetadataSlack;
 }
 
 SweepWriter SweepWriter::resume(const std::string& path) {
   { (void)open_sweep(path); }  // the checks, read-only, before anything is changed
-  SweepWriter w(h5::File::open(path, /*writable=*/true));
+  SweepWriter w(h5::File::open(path, /*writable=*/true), path);
   h5::File& f = w.file_;
   const std::int64_t committed = attr_int_or(f, "rows_committed", 0);
   {
     h5::Handle ds = open_table(f);
     const hsize_t n = table_rows(ds.get(), path);
-    if (static_cast<std::int64_t>(n) < committed) {
-      fail("'", path, "' claims ", committed, " committed rows but its table has ", n, ": the file is damaged; rerun the sweep");
+    if (committed < 0 || static_cast<std::int64_t>(n) < committed) {
+      fail("'", path, "' is a corrupt fp8moe sweep file: it claims ", committed, " committed rows but its table has ", n,
+           ": it cannot be resumed; rerun the sweep");
     }
+    {
+      h5::Handle ftype = own(H5Dget_type(ds.get()), H5Tclose, "cannot read the cases table's type", path, "H5Dget_type");
+      w.row_bytes_ = static_cast<std::int64_t>(H5Tget_size(ftype.get()));
+    }
+    w.reserve(kMetadataSlack, "the resumed status");
+    w.dirty_ = true;
     if (static_cast<std::int64_t>(n) > committed) {
       const hsize_t keep = static_cast<hsize_t>(committed);
       check(H5Dset_extent(ds.get(), &keep), "cannot drop the cut-off case's rows", path, "H5Dset_extent");
@@ -235,10 +276,12 @@ SweepWriter SweepWriter::resume(const std::string& path) {
   f.set_attr("status", "running");
   f.set_attr("status_message", "");
   f.flush();
+  w.dirty_ = false;
   return w;
 }
 
 h5::Group SweepWriter::case_group(const std::string& kind, std::int64_t case_id) {
+  dirty_ = true;
   if (!file_.is_group(kind)) (void)file_.create_group(kind);
   h5::Group parent = file_.open_group(kind);
   const std::string name = case_group_name(case_id);
@@ -250,6 +293,9 @@ h5::Group SweepWriter::case_group(const std::string& kind, std::int64_t case_id)
 
 void SweepWriter::commit(const std::vector<CaseRow>& rows) {
   const std::string& path = file_.file();
+  const std::int64_t id = rows.empty() ? -1 : rows.front().case_id;
+  reserve(commit_bytes(rows), id < 0 ? std::string("the case counters") : cat("case ", id));
+  dirty_ = true;
   if (!rows.empty()) {
     h5::Handle ds = open_table(file_);
     h5::Handle mem = row_type(false, path);
@@ -273,6 +319,7 @@ void SweepWriter::commit(const std::vector<CaseRow>& rows) {
   file_.set_attr("rows_committed", committed_);
   file_.set_attr("cases_done", static_cast<std::int64_t>(ids.size()));
   file_.flush();
+  dirty_ = false;
 }
 
 void SweepWriter::copy_group(const h5::File& src, const std::string& path) {
@@ -281,14 +328,38 @@ void SweepWriter::copy_group(const h5::File& src, const std::string& path) {
   const std::string kind = path.substr(1, slash - 1);
   if (!file_.is_group(kind)) (void)file_.create_group(kind);
   if (file_.exists(path.substr(1))) fail("'", file_.file(), "' has ", path, " already: two inputs hold the same case");
+  dirty_ = true;
   check(H5Ocopy(src.id(), path.c_str(), file_.id(), path.c_str(), H5P_DEFAULT, H5P_DEFAULT),
         cat("cannot copy ", path, " from '", src.file(), "'"), file_.file(), "H5Ocopy");
 }
 
 void SweepWriter::finish(const std::string& status, const std::string& message) {
+  reserve(kMetadataSlack + 2 * static_cast<std::int64_t>(message.size()), cat("the final status '", status, "'"));
+  dirty_ = true;
   file_.set_attr("status_message", message);
   file_.set_attr("status", status);
   file_.close();
+  dirty_ = false;
+}
+
+void SweepWriter::fail_quietly(const std::string& message) noexcept {
+  try {
+    if (dirty_) {
+      file_.abandon();  // what is on disk is the last flush; closing would write over it
+      return;
+    }
+    finish("failed", message);
+  } catch (const std::exception&) {
+    // No room for the status even: close untouched (nothing is dirty), or abandon if that fails.
+    try {
+      if (dirty_) {
+        file_.abandon();
+      } else {
+        file_.close();
+      }
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 h5::File open_sweep(const std::string& path) {
@@ -303,10 +374,23 @@ h5::File open_sweep(const std::string& path) {
   return f;
 }
 
+std::string attr_text_or(const h5::File& f, const std::string& name, const std::string& dflt) {
+  try {
+    return f.attr_string(name).value_or(dflt);
+  } catch (const Error&) {
+    return dflt;
+  }
+}
+
+std::string sweep_status(const h5::File& f) { return attr_text_or(f, "status", "incomplete"); }
+
 std::vector<CaseRow> read_cases(const h5::File& f) {
   h5::Handle ds = open_table(f);
   const hsize_t n = table_rows(ds.get(), f.file());
   const std::int64_t committed = attr_int_or(f, "rows_committed", static_cast<std::int64_t>(n));
+  if (committed < 0) {
+    fail("'", f.file(), "' is a corrupt fp8moe sweep file: rows_committed = ", committed, ": rerun the sweep");
+  }
   return read_rows(ds.get(), std::min<hsize_t>(n, static_cast<hsize_t>(committed)), f.file());
 }
 

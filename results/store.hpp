@@ -8,6 +8,11 @@
 // one extend-and-write, then `rows_committed`/`cases_done`, then H5Fflush. A writer killed at any
 // moment leaves a file whose flushed state holds every completed case; rows past
 // `rows_committed` (a case cut off between its write and its flush) are dropped on resume.
+//
+// A full disk (issue 16): every write is preceded by a reservation of the blocks it can need
+// (results/output_file.hpp), so the disk filling up stops the sweep before a write, with the file
+// as its last flush left it; a write that fails anyway (a file system without fallocate, EIO)
+// abandons the file without another byte written. Either way IoError names the file and the cause.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,11 +61,20 @@ using Attrs = std::vector<std::pair<std::string, std::string>>;  // string prove
 
 class SweepWriter {
  public:
-  // Creates `path` (truncating), writes the provenance, `status` = running, an empty table.
+  // Creates `path` (truncating: the caller holds its OutputFile lock), writes the provenance,
+  // `status` = running, an empty table.
   static SweepWriter create(const std::string& path, const Attrs& provenance, std::int64_t cases_total);
   // Reopens a file for --resume: drops rows past `rows_committed` and the /blocks and /tensors
   // groups of cases without committed rows; sets `status` = running.
   static SweepWriter resume(const std::string& path);
+  // The file was renamed while open (PATH.tmp -> PATH): where reservations and messages go now.
+  void moved_to(const std::string& path);
+
+  // Reserves room for `bytes` more than the file holds now; IoError naming the file, the cause and
+  // what the file keeps when the disk cannot give it. `what`: "case 12", "the merged file".
+  void reserve(std::int64_t bytes, const std::string& what);
+  // An upper bound of what commit(rows) adds to the file (table chunks, strings, metadata).
+  std::int64_t commit_bytes(const std::vector<CaseRow>& rows) const;
 
   // Rows already in the file (resume) and the case ids they cover.
   const std::vector<CaseRow>& rows() const { return rows_; }
@@ -71,16 +85,22 @@ class SweepWriter {
   void commit(const std::vector<CaseRow>& rows);
   // The final word: status (complete, interrupted, failed) and its message; flushes and closes.
   void finish(const std::string& status, const std::string& message);
+  // After an error: marks the file failed when that is safe (nothing written since the last
+  // flush and room for the attribute), otherwise closes or abandons it untouched. Never throws.
+  void fail_quietly(const std::string& message) noexcept;
   h5::File& file() { return file_; }
   // Copies group `path` (e.g. "/blocks/case_000012") with everything under it from `src`
   // (H5Ocopy), creating its parent group here; for fp8moe merge.
   void copy_group(const h5::File& src, const std::string& path);
 
  private:
-  explicit SweepWriter(h5::File f) : file_(std::move(f)) {}
+  explicit SweepWriter(h5::File f, std::string disk) : file_(std::move(f)), disk_(std::move(disk)) {}
   h5::File file_;
+  std::string disk_;          // the file's current path, for reservations
   std::vector<CaseRow> rows_;
   std::int64_t committed_ = 0;
+  std::int64_t row_bytes_ = 0;  // one packed row of the file's table
+  bool dirty_ = false;          // written since the last successful flush
 };
 
 // Opens an fp8moe sweep file for reading; Error naming the file when it is not HDF5, not an
@@ -88,6 +108,11 @@ class SweepWriter {
 h5::File open_sweep(const std::string& path);
 // The committed rows of `cases` (rows past `rows_committed` are a cut-off case: left out).
 std::vector<CaseRow> read_cases(const h5::File& f);
+// The root `status`, or "incomplete" when it is missing or unreadable (a disk that filled up
+// while it was rewritten): the rows are what rows_committed says, whatever the status.
+std::string sweep_status(const h5::File& f);
+// A root string attribute, or `dflt` when it is missing or unreadable (provenance for reports).
+std::string attr_text_or(const h5::File& f, const std::string& name, const std::string& dflt);
 
 // "case_000012": the group name of a case under /blocks and /tensors.
 std::string case_group_name(std::int64_t case_id);

@@ -1,7 +1,5 @@
 #include "scenarios/scenario.hpp"
 
-#include <boost/program_options.hpp>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -11,53 +9,16 @@
 
 namespace fp8moe::scenarios {
 
-namespace po = boost::program_options;
-
 namespace {
 
 std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
+  const auto b = s.find_first_not_of(" \t\r\n");
   if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r");
+  const auto e = s.find_last_not_of(" \t\r\n");
   return s.substr(b, e - b + 1);
 }
 
-// Line numbers of every `key = value` line and section header, in file order. Boost's parser
-// reports neither, so a light scan of the same text gives them: the n-th occurrence Boost returns
-// of "section.key" is the n-th such line of the scan.
-struct LineIndex {
-  std::map<std::string, std::vector<int>> key_lines;  // "scenario.x.mode" -> lines
-  std::map<std::string, int> section_lines;           // "scenario.x" -> header line
-  std::vector<std::string> section_order;
-
-  explicit LineIndex(const std::string& text) {
-    std::istringstream in(text);
-    std::string line, section;
-    for (int n = 1; std::getline(in, line); ++n) {
-      const std::string t = trim(line.substr(0, line.find('#')));
-      if (t.empty()) continue;
-      if (t.front() == '[' && t.back() == ']') {
-        section = trim(t.substr(1, t.size() - 2));
-        if (!section_lines.count(section)) section_order.push_back(section);
-        section_lines.emplace(section, n);
-        continue;
-      }
-      const auto eq = t.find('=');
-      if (eq == std::string::npos) continue;
-      const std::string key = trim(t.substr(0, eq));
-      key_lines[section.empty() ? key : section + "." + key].push_back(n);
-    }
-  }
-
-  int find_text(const std::string& text, const std::string& needle) const {
-    std::istringstream in(text);
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) {
-      if (line.find(needle) != std::string::npos) return n;
-    }
-    return 0;
-  }
-};
+constexpr const char* kBom = "\xEF\xBB\xBF";
 
 // Splits one value into a list: tuple keys on ';', others on ',' and ';'. Empty items are errors.
 std::vector<std::string> split_list(const std::string& v, bool tuple) {
@@ -124,47 +85,58 @@ std::string nearest(const std::string& s, const std::vector<std::string>& candid
   return best_d <= std::max<int>(2, static_cast<int>(s.size()) / 3) ? best : std::string();
 }
 
+std::string clip(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  return cat(s.substr(0, max), "... (", s.size(), " bytes)");
+}
+
+// One pass over the lines, with the syntax of Boost.Program_options' config files (which this
+// replaced: its errors carried no line numbers, and a second scan to find them disagreed with it
+// on some lines): `#` starts a comment anywhere, blank lines are skipped, `[NAME]` opens a
+// section, `key = value` (both trimmed) is an item.
 std::vector<IniSection> parse_ini(const std::string& text, const std::string& path) {
-  const LineIndex index(text);
   const std::string base = path.substr(path.find_last_of('/') + 1);
-  po::parsed_options parsed(nullptr);
-  try {
-    std::istringstream in(text);
-    po::options_description none;
-    parsed = po::parse_config_file(in, none, /*allow_unregistered=*/true);
-  } catch (const po::error& e) {
-    // Boost names the offending line's text, not its number: find it.
-    std::string msg = e.what();
-    int line = 0;
-    const auto q1 = msg.find('\''), q2 = msg.rfind('\'');
-    if (q1 != std::string::npos && q2 > q1) line = index.find_text(text, msg.substr(q1 + 1, q2 - q1 - 1));
-    fail(base, ":", line, ": ", msg, ": write `key = value` lines under [section] headers");
-  }
   std::vector<IniSection> out;
-  std::map<std::string, std::size_t> by_name;
-  for (const std::string& s : index.section_order) {
-    by_name[s] = out.size();
-    out.push_back(IniSection{s, base, index.section_lines.at(s), {}});
-  }
-  std::map<std::string, std::size_t> seen_count;  // occurrences handed out per "section.key"
-  for (const po::option& o : parsed.options) {
-    const std::string& full = o.string_key;
-    const auto kl = index.key_lines.find(full);
-    const std::size_t occ = seen_count[full]++;
-    const int line = kl != index.key_lines.end() && occ < kl->second.size() ? kl->second[occ] : 0;
-    // The longest known section that prefixes the key (section names may contain dots).
-    std::string sec;
-    for (const auto& [name, i] : by_name) {
-      if (full.size() > name.size() + 1 && full.compare(0, name.size(), name) == 0 && full[name.size()] == '.' &&
-          name.size() > sec.size()) {
-        sec = name;
-      }
+  std::map<std::string, int> header_line;  // section name -> line of its header
+  // A UTF-8 byte-order mark at the very start (some Windows editors write one) is skipped.
+  const std::size_t bom = text.compare(0, 3, kBom) == 0 ? 3 : 0;
+  std::size_t pos = bom;
+  for (int n = 1; pos <= text.size(); ++n) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    const std::size_t col0 = n == 1 ? bom : 0;  // columns count the bytes of the file's line
+    pos = end + 1;
+    if (const auto z = line.find('\0'); z != std::string::npos) {
+      fail(base, ":", n, ":", col0 + z + 1, ": a NUL byte: a scenario file is text (was a binary file given?); ",
+           "remove it");
     }
-    const std::string key = sec.empty() ? full : full.substr(sec.size() + 1);
-    if (sec.empty()) fail(base, ":", line, ": key '", key, "' is outside any section: put it under a [section] header");
-    const std::string raw = o.value.empty() ? std::string() : trim(o.value.front());
-    if (raw.empty()) fail(base, ":", line, ": key '", key, "' has no value: write `", key, " = VALUE`");
-    out[by_name[sec]].items.emplace_back(key, Value{raw, base, line});
+    if (const auto m = line.find(kBom); m != std::string::npos) {
+      fail(base, ":", n, ":", col0 + m + 1, ": a UTF-8 byte-order mark (bytes EF BB BF) inside the file (files ",
+           "joined together?): remove it; one at the very start of a file is allowed");
+    }
+    const std::string t = trim(line.substr(0, line.find('#')));
+    if (t.empty()) continue;
+    if (t.front() == '[' && t.back() == ']') {
+      const std::string name = trim(t.substr(1, t.size() - 2));
+      if (name.empty()) fail(base, ":", n, ": an empty section header []: write [scenario.NAME] or [defaults]");
+      const auto [it, fresh] = header_line.emplace(name, n);
+      if (!fresh) {
+        fail(base, ":", n, ": section [", clip(name), "] given twice (lines ", it->second, " and ", n,
+             "): give each section once (repeat a key inside it to add values)");
+      }
+      out.push_back(IniSection{name, base, n, {}});
+      continue;
+    }
+    const auto eq = t.find('=');
+    if (eq == std::string::npos) {
+      fail(base, ":", n, ": '", clip(t), "' is not `key = value` or a [section] header (comments start with #)");
+    }
+    const std::string key = trim(t.substr(0, eq)), raw = trim(t.substr(eq + 1));
+    if (key.empty()) fail(base, ":", n, ": '", clip(t), "' has no key before '=': write `key = value`");
+    if (out.empty()) fail(base, ":", n, ": key '", clip(key), "' is outside any section: put it under a [section] header");
+    if (raw.empty()) fail(base, ":", n, ": key '", clip(key), "' has no value: write `", clip(key), " = VALUE`");
+    out.back().items.emplace_back(key, Value{raw, base, n});
   }
   return out;
 }
@@ -185,11 +157,11 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
       target = &f.defaults;
     } else {
       if (is.name.rfind("scenario.", 0) != 0 || is.name.size() == 9) {
-        fail(is.file, ":", is.line, ": unknown section [", is.name, "]: write [scenario.NAME] (one scenario) or [defaults]");
+        fail(is.file, ":", is.line, ": unknown section [", clip(is.name), "]: write [scenario.NAME] (one scenario) or [defaults]");
       }
       const std::string name = is.name.substr(9);
       if (name.find_first_of(" \t.") != std::string::npos) {
-        fail(is.file, ":", is.line, ": scenario name '", name, "' has a space or a dot: use letters, digits, '_' and '-'");
+        fail(is.file, ":", is.line, ": scenario name '", clip(name), "' has a space or a dot: use letters, digits, '_' and '-'");
       }
       f.scenarios.push_back(Section{name, is.file, is.line, {}});
       target = &f.scenarios.back();
@@ -198,7 +170,7 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
       const auto& keys = scenario_keys();
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
         const std::string near = nearest(key, keys);
-        fail(v.where(), ": unknown key '", key, "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
+        fail(v.where(), ": unknown key '", clip(key), "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
              "; scenarios/README.md lists every key");
       }
       Entry* entry = nullptr;
@@ -212,7 +184,7 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
       const std::vector<std::string> items = key == "description" ? std::vector<std::string>{v.text}
                                                                    : split_list(v.text, is_tuple_key(key));
       for (const std::string& item : items) {
-        if (item.empty()) fail(v.where(), ": key '", key, "' has an empty list entry in '", v.text, "'");
+        if (item.empty()) fail(v.where(), ": key '", key, "' has an empty list entry in '", clip(v.text), "'");
         entry->values.push_back(Value{item, v.file, v.line});
       }
     }

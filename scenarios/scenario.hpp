@@ -1,6 +1,6 @@
 #pragma once
-// Scenario files (issue 4 item 1): INI text read with Boost.Program_options' config-file parser,
-// one scenario per `[scenario.NAME]` section, shared keys in an optional `[defaults]` section.
+// Scenario files (issue 4 item 1): INI text (the syntax of Boost.Program_options' config files,
+// parsed here so that every error has its line), one scenario per `[scenario.NAME]` section, shared keys in an optional `[defaults]` section.
 // Every key names one parameter of a case; a repeated key or a list of values makes it a sweep
 // axis, and the axes of a scenario expand as a cartesian product (scenarios/expand.hpp).
 //
@@ -49,8 +49,11 @@ const std::vector<std::string>& scenario_keys();
 // Keys whose single values contain commas: listed by repetition or ';' only.
 bool is_tuple_key(const std::string& key);
 
-// INI text as sections of raw `key = value` items, in file order, with their lines (Boost's
-// config-file parser; a scan of the same text supplies the line numbers Boost does not report).
+// INI text as sections of raw `key = value` items, in file order, with their lines. `#` starts a
+// comment anywhere on a line; a UTF-8 byte-order mark at the start is skipped. Errors name
+// file:line (file:line:column for a NUL byte or a stray byte-order mark): a line that is neither
+// `key = value` nor `[section]`, a key outside any section or without a value, a section given
+// twice (both lines named).
 struct IniSection {
   std::string name;  // the text between the brackets
   std::string file;
@@ -69,6 +72,10 @@ ScenarioFile read_scenario_file(const std::string& path);  // Error when unreada
 // The built-in default scenario (scenarios/default.ini compiled in) and the CI gates.
 const char* embedded_default_scenario();
 const char* embedded_default_gates();
+
+// `s` itself when short, else its first `max` bytes, "...", and its length: values in messages
+// (a 10 MB line must not make a 10 MB message).
+std::string clip(const std::string& s, std::size_t max = 80);
 
 // Edit distance, for "did you mean" suggestions.
 int edit_distance(const std::string& a, const std::string& b);

@@ -2,10 +2,11 @@
 // device-to-device copy, fwd/dgrad/wgrad TFLOP/s per GPU backend next to cuBLASLt's per-tensor FP8
 // loop, each baseline timed in the same run. A benchmark, never a test. Exits 77 when no CUDA
 // device is visible (nothing measured, no file written).
-#include <filesystem>
+#include <optional>
 
 #include "kernels/bench.hpp"
 #include "reference/error.hpp"
+#include "results/output_file.hpp"
 #include "sim/cli/command.hpp"
 
 namespace fp8moe::cli {
@@ -23,11 +24,16 @@ int cmd_bench(const Args& args) {
   opt.quant = !vm["no-quant"].as<bool>();
   opt.gemm = !vm["no-gemm"].as<bool>();
   if (!opt.quant && !opt.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
+  std::optional<results::OutputFile> out;  // checked and locked before anything runs
   if (vm.count("h5")) {
-    opt.h5_path = vm["h5"].as<std::string>();
-    if (std::filesystem::exists(opt.h5_path) && !vm["force"].as<bool>()) {
-      fail("--h5 ", opt.h5_path, " exists: pass --force to overwrite it, or name another file");
-    }
+    results::OutputRequest req;
+    req.path = vm["h5"].as<std::string>();
+    req.flag = "--h5";
+    req.force = vm["force"].as<bool>();
+    req.exists_fix = "pass --force to overwrite it, or name another file";
+    out.emplace(req);
+    opt.h5_path = req.path;
+    opt.out = &*out;
   }
   opt.command = "fp8moe bench";
   for (const std::string& a : args) opt.command += " " + a;

@@ -143,6 +143,7 @@ int cmd_gemm(const Args& args) {
       ("out-dtype", po::value<std::string>()->default_value("bf16"), "output dtype of the passes: bf16 or fp32")
       ("inputs", po::value<std::string>(), "run on your tensors: FILE.h5[:GROUP] with A, W, offs (grad_out optional)")
       ("save", po::value<std::string>(), "write inputs, offsets and every mode's outputs to FILE.h5")
+      ("force", po::bool_switch(), "overwrite an existing --save file (never the --inputs file)")
       ("allow-nonfinite", po::bool_switch(), "propagate NaN/Inf in --inputs instead of rejecting them")
       ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)");
   po::variables_map vm;
@@ -161,6 +162,16 @@ int cmd_gemm(const Args& args) {
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
   const Dist dist = parse_dist(vm["dist"].as<std::string>());
   const bool allow_nonfinite = vm["allow-nonfinite"].as<bool>();
+  // The output is checked and locked before the run: a bad --save fails in a second, not after it.
+  std::optional<results::OutputFile> save;
+  if (vm.count("save")) {
+    results::OutputRequest req;
+    req.path = vm["save"].as<std::string>();
+    req.flag = "--save";
+    req.force = vm["force"].as<bool>();
+    if (vm.count("inputs")) req.inputs.push_back(inputs_file(vm["inputs"].as<std::string>()));
+    save.emplace(req);
+  }
 
   GemmData d;
   std::string source;
@@ -285,8 +296,8 @@ int cmd_gemm(const Args& args) {
       }
     }
   }
-  if (vm.count("save")) {
-    save_gemm_run(vm["save"].as<std::string>(), d, saved,
+  if (save) {
+    save_gemm_run(*save, d, saved,
                   {{"tool", "fp8moe gemm"},
                    {"version", FP8MOE_VERSION},
                    {"source", source},

@@ -10,6 +10,7 @@
 
 #include "reference/quantize.hpp"
 #include "results/h5.hpp"
+#include "results/output_file.hpp"
 #include "sim/cli/command.hpp"
 
 namespace fp8moe::cli {
@@ -18,7 +19,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: fp8moe quantize --in FILE.h5 --dataset NAME --recipe 1x128|128x1|128x128 [--block 128]\n"
-    "                       [--pow2-scales] [--format e4m3|e5m2] --out OUT.h5 [--allow-nonfinite]\n"
+    "                       [--pow2-scales] [--format e4m3|e5m2] --out OUT.h5 [--force] [--allow-nonfinite]\n"
     "  1x128   activation tiles along the last dim: (M,K) or (E,M,K) -> scales (M,K/B) or (E,M,K/B)\n"
     "  128x1   activation tiles along rows: (M,K) -> scales (ceil(M/B),K)\n"
     "  128x128 weight tiles: (N,K) -> scales (N/B,K/B); (E,N,K) -> (E,N/B,K/B) (forward orientation)";
@@ -60,12 +61,11 @@ Quantized run_recipe(const std::string& recipe, const TensorF& x, const QuantOpt
   return x.rank() == 2 ? quantize_weight(x, opt) : quantize_grouped_weight(x, WeightOrientation::fwd, opt);
 }
 
-void write_output(const std::string& out, const Quantized& q, const QuantOptions& opt, const std::string& recipe,
+void write_output(results::OutputFile& out, const Quantized& q, const QuantOptions& opt, const std::string& recipe,
                   const std::string& in, const std::string& dataset) {
-  // Atomic: a temporary file renamed on success, so a failed run never leaves OUT half-written.
-  const std::string tmp = out + ".tmp";
-  try {
-    h5::File f = h5::File::create(tmp);
+  // Atomic: built in OUT.tmp and published on success, so a failed run never leaves OUT half-written.
+  {
+    h5::File f = h5::File::create(out.tmp());
     // Dataset handles are temporaries: none may outlive f.close(), or the file stays open past the rename.
     f.write("codes", q.codes).set_attr("format", format_name(opt.format));
     f.write("scales", q.scales).set_attr("meaning", "s_inv, the stored reciprocal scale: value = decode(code) * s_inv");
@@ -85,13 +85,8 @@ void write_output(const std::string& out, const Quantized& q, const QuantOptions
     f.set_attr("zero_blocks", q.stats.zero_blocks);
     f.set_attr("status", "complete");  // written last (DESIGN.md 5)
     f.close();
-    if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-      fail("cannot rename '", tmp, "' to '", out, "': ", std::strerror(errno));
-    }
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
   }
+  out.publish();
 }
 
 }  // namespace
@@ -108,6 +103,7 @@ int cmd_quantize(const Args& args) {
       ("pow2-scales", po::bool_switch(), "round the scale multipliers down to powers of two")
       ("format", po::value<std::string>()->default_value("e4m3"), "e4m3 or e5m2")
       ("out", po::value<std::string>()->required(), "output HDF5 file (codes, scales and attributes)")
+      ("force", po::bool_switch(), "overwrite an existing --out file (never the --in file)")
       ("allow-nonfinite", po::bool_switch(), "quantize even when the input holds NaN or Inf (they are counted)")
       ("threads", po::value<int>()->default_value(0), "OpenMP threads (0: every core)");
   po::variables_map vm;
@@ -125,7 +121,11 @@ int cmd_quantize(const Args& args) {
   opt.format = parse_format(vm["format"].as<std::string>());
   check_quant_options(opt);
   const std::string in = vm["in"].as<std::string>(), dataset = vm["dataset"].as<std::string>();
-  const std::string out = vm["out"].as<std::string>();
+  results::OutputRequest req;
+  req.path = vm["out"].as<std::string>();
+  req.force = vm["force"].as<bool>();
+  req.inputs = {in};
+  results::OutputFile out(req);  // checked and locked before the input is read
 
   const TensorF x = h5::File::open(in).read_f32(dataset);
   const std::string where = cat("dataset '", dataset, "' in '", in, "' ", shape_str(x.shape));
@@ -156,7 +156,7 @@ int cmd_quantize(const Args& args) {
              in, dataset, shape_str(x.shape), recipe, opt.block, format_name(opt.format),
              opt.pow2_scales ? " pow2" : "", q.scales.numel(), shape_str(q.scales.shape),
              static_cast<double>(q.stats.underflow) / n, q.stats.underflow, static_cast<double>(q.stats.saturated) / n,
-             q.stats.saturated, q.stats.nonfinite_inputs, q.stats.zero_blocks, out);
+             q.stats.saturated, q.stats.nonfinite_inputs, q.stats.zero_blocks, req.path);
   return 0;
 }
 

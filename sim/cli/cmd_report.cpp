@@ -34,14 +34,18 @@ Run load(const std::string& path) {
   const h5::File f = results::open_sweep(path);
   Run r;
   r.path = path;
-  r.status = f.attr_string("status").value_or("unknown");
-  r.status_message = f.attr_string("status_message").value_or("");
-  r.cases_total = f.attr_int("cases_total").value_or(0);
-  r.cases_done = f.attr_int("cases_done").value_or(0);
-  r.git_sha = f.attr_string("git_sha").value_or("unknown");
-  r.started = f.attr_string("started_utc").value_or("");
-  r.version = f.attr_string("tool_version").value_or("");
+  // Status and provenance may be unreadable (a disk that filled up while they were rewritten):
+  // the rows up to rows_committed are what counts, so those attributes never refuse a file.
+  r.status = results::sweep_status(f);
+  r.status_message = results::attr_text_or(f, "status_message", "");
+  r.git_sha = results::attr_text_or(f, "git_sha", "unknown");
+  r.started = results::attr_text_or(f, "started_utc", "");
+  r.version = results::attr_text_or(f, "tool_version", "");
   r.rows = results::read_cases(f);
+  r.cases_total = f.attr_int("cases_total").value_or(0);
+  std::set<std::int64_t> ids;
+  for (const CaseRow& row : r.rows) ids.insert(row.case_id);
+  r.cases_done = static_cast<std::int64_t>(ids.size());
   return r;
 }
 
@@ -152,6 +156,8 @@ int cmd_compare(const Args& args) {
   if (files.size() != 2) fail("give two sweep files: fp8moe compare A.h5 B.h5");
   const sim::TableFormat tf = sim::parse_table_format(vm["format"].as<std::string>());
   const double thr = vm["threshold"].as<double>();
+  // NaN compares false with every drop, a negative threshold counts identical rows as regressions.
+  if (!std::isfinite(thr) || thr < 0) fail("--threshold ", thr, ": give a finite number of dB >= 0, e.g. --threshold 0.5");
   const Run a = load(files[0]), b = load(files[1]);
   // Two runs on different backends (e.g. the CPU reference and cuda-simt) compare case by case.
   std::set<std::string> backends_a, backends_b;

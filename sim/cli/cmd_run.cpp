@@ -3,6 +3,8 @@
 // SwiGLU expert block under a parallel plan. `--list` enumerates the scenarios a mesh admits.
 #include <fmt/core.h>
 
+#include <cmath>
+
 #include "reference/datagen.hpp"
 #include "reference/groups.hpp"
 #include "sim/backend/backend.hpp"
@@ -152,6 +154,9 @@ int cmd_run(const Args& args) {
   cfg.fsdp_gather = parse_gather_dtype(vm["fsdp-gather"].as<std::string>());
   cfg.fp8_dispatch = vm["fp8-dispatch"].as<bool>();
   cfg.lr = vm["lr"].as<float>();
+  if (!std::isfinite(cfg.lr) || cfg.lr < 0) {
+    fail("--lr ", vm["lr"].as<float>(), ": the SGD learning rate must be a finite number >= 0 (0: no step), e.g. --lr 0.1");
+  }
   cfg.backend = vm["backend"].as<std::string>();
   (void)make_backend(cfg.backend);  // an unknown backend fails before any work
   fmt::print("{}", format_report(run_layer(cfg)));

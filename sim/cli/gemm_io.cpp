@@ -61,6 +61,8 @@ std::vector<std::int32_t> read_offsets(const h5::Group& g, const std::string& wh
 
 }  // namespace
 
+std::string inputs_file(const std::string& spec) { return split_spec(spec).path; }
+
 GemmData load_gemm_inputs(const std::string& spec) {
   const Spec s = split_spec(spec);
   const h5::File file = h5::File::open(s.path, false);
@@ -115,11 +117,11 @@ void write_output(h5::Group& g, const char* name, const std::optional<TensorD>& 
 
 }  // namespace
 
-void save_gemm_run(const std::string& path, const GemmData& data, const std::vector<ModeOutputs>& outputs,
+void save_gemm_run(results::OutputFile& out, const GemmData& data, const std::vector<ModeOutputs>& outputs,
                    const std::vector<std::pair<std::string, std::string>>& attrs) {
-  const std::string tmp = path + ".tmp";
-  try {
-    h5::File f = h5::File::create(tmp);
+  const std::string& path = out.path();
+  {
+    h5::File f = h5::File::create(out.tmp());
     f.write("A", data.A);
     f.write("W", data.W);
     if (data.grad_out.rank() != 0) f.write("grad_out", data.grad_out);
@@ -140,13 +142,8 @@ void save_gemm_run(const std::string& path, const GemmData& data, const std::vec
     for (const auto& [k, v] : attrs) f.set_attr(k, v);
     f.set_attr("status", "complete");  // written last (DESIGN.md 5)
     f.close();
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
-    }
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
   }
+  out.publish();  // a failure above leaves out.tmp() to the OutputFile, which removes it
 }
 
 }  // namespace fp8moe::cli

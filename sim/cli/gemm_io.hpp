@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/tensor.hpp"
+#include "results/output_file.hpp"
 
 namespace fp8moe::cli {
 
@@ -35,9 +36,13 @@ struct ModeOutputs {
 // errors name the file, the dataset and the expected shape.
 GemmData load_gemm_inputs(const std::string& spec);
 
-// Writes inputs and outputs to `path` atomically (a temporary file renamed on success), so a
-// failed or interrupted write never leaves a half-written result under `path`.
-void save_gemm_run(const std::string& path, const GemmData& data, const std::vector<ModeOutputs>& outputs,
+// The file part of "FILE.h5[:GROUP]" (what the --save path must not be).
+std::string inputs_file(const std::string& spec);
+
+// Writes inputs and outputs to `out` (checked and locked by the caller before the run) atomically:
+// built in out.tmp() and published on success, so a failed or interrupted write never leaves a
+// half-written result under its path.
+void save_gemm_run(results::OutputFile& out, const GemmData& data, const std::vector<ModeOutputs>& outputs,
                    const std::vector<std::pair<std::string, std::string>>& attrs);
 
 }  // namespace fp8moe::cli

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "reference/error.hpp"
 #include "reference/groups.hpp"
@@ -34,11 +35,43 @@ bool resolve_padding(const std::string& mode, const std::vector<std::int32_t>& o
 }
 
 void set_threads(int n) {
-  if (n < 0) fail("--threads must be >= 0 (0 uses every core), got ", n);
+  // libgomp segfaults when it cannot create the threads asked for (--threads 100000, issue 16).
+  constexpr int kMaxThreads = 4096;
+  if (n < 0 || n > kMaxThreads) {
+    fail("--threads ", n, ": give 1 to ", kMaxThreads, ", or 0 for every core (this machine has ", omp_get_num_procs(), ")");
+  }
   if (n > 0) omp_set_num_threads(n);
 }
 
 namespace {
+
+// An error as one readable line: control characters as spaces, a word longer than 160 bytes (a
+// value from a 10 MB line of a scenario file) quoted by its first 80 bytes, and a message still
+// too long cut in its middle, keeping the file:line at the start and the fix at the end.
+std::string one_line(const char* what) {
+  const std::string in = what;
+  std::string m;
+  constexpr std::size_t kLongWord = 160, kShown = 80;
+  for (std::size_t i = 0; i < in.size();) {
+    std::size_t j = i;
+    while (j < in.size() && in[j] != ' ' && in[j] != '\'' && in[j] != '"') ++j;
+    if (j == i) {
+      m += in[i++];
+      continue;
+    }
+    m += j - i > kLongWord ? in.substr(i, kShown) + "...(" + std::to_string(j - i) + " bytes)" : in.substr(i, j - i);
+    i = j;
+  }
+  for (char& c : m) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  constexpr std::size_t kHead = 1000, kTail = 400;
+  if (m.size() > kHead + kTail + 100) {
+    m = m.substr(0, kHead) + " ... (" + std::to_string(m.size() - kHead - kTail) + " bytes left out) ... " +
+        m.substr(m.size() - kTail);
+  }
+  return m;
+}
 
 struct Command {
   const char* name;
@@ -90,17 +123,21 @@ int main(int argc, char** argv) {
     if (name != c.name) continue;
     try {
       return c.run(args);
+    } catch (const fp8moe::IoError& e) {
+      // The environment failed a write (a full disk): not the user's input, so not exit 2.
+      std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, one_line(e.what()).c_str());
+      return 1;
     } catch (const fp8moe::Error& e) {
-      std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, e.what());
+      std::fprintf(stderr, "fp8moe %s: error: %s\n", c.name, one_line(e.what()).c_str());
       return 2;
     } catch (const boost::program_options::error& e) {
-      std::fprintf(stderr, "fp8moe %s: error: %s (see fp8moe %s --help)\n", c.name, e.what(), c.name);
+      std::fprintf(stderr, "fp8moe %s: error: %s (see fp8moe %s --help)\n", c.name, one_line(e.what()).c_str(), c.name);
       return 2;
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "fp8moe %s: error: out of memory: use smaller shapes\n", c.name);
       return 2;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fp8moe %s: internal error: %s\n", c.name, e.what());
+      std::fprintf(stderr, "fp8moe %s: internal error: %s\n", c.name, one_line(e.what()).c_str());
       return 3;
     }
   }

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kernels/device_info.hpp"
 #include "reference/error.hpp"
 #include "sim/comm/fake_communicator.hpp"
 #include "sim/comm/runtime_impl.hpp"
@@ -91,6 +92,15 @@ std::unique_ptr<MeshRuntime> make_mesh_runtime(MeshKind kind, const RuntimeOptio
         fail("fp8moe was started as several ranks by a launcher (mpirun/srun) with --mesh ", mesh_kind_name(kind),
              ": every copy would run the whole sweep on its own; use --mesh mpi (CPU) or --mesh nccl (GPUs), ",
              "or start one copy without the launcher");
+      }
+      if (kind == MeshKind::fake_gpu) {
+        // Refused here, as --backend cuda-* is, rather than by every case (a file of error rows).
+        const kernels::CudaInfo cuda = kernels::query_cuda();
+        if (cuda.devices.empty()) {
+          fail("--mesh fake-gpu needs a CUDA device, but ",
+               cuda.error.empty() ? std::string("cudaGetDeviceCount found none") : cuda.error,
+               ": use --mesh fake, or run on a GPU machine");
+        }
       }
       return std::make_unique<FakeRuntime>(kind);
     case MeshKind::mpi: return detail::make_mpi_runtime(opt);

@@ -3,10 +3,12 @@
 #include <fmt/core.h>
 
 #include <filesystem>
+#include <optional>
 #include <map>
 #include <set>
 
 #include "reference/error.hpp"
+#include "results/output_file.hpp"
 #include "results/store.hpp"
 #include "sim/sweep/provenance.hpp"
 
@@ -36,15 +38,17 @@ std::int64_t int_attr(const h5::File& f, const char* name, std::int64_t dflt) { 
 std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>& paths, bool force,
                           bool allow_missing) {
   if (paths.empty()) fail("give the result files to merge: fp8moe merge OUT.h5 IN.h5...");
-  std::error_code ec;
-  if (std::filesystem::exists(out, ec) && !force) fail("'", out, "' exists: overwrite it with --force, or choose another OUT");
-  for (const std::string& p : paths) {
-    if (std::filesystem::equivalent(p, out, ec)) fail("'", out, "' is both the output and an input");
-  }
+  results::OutputRequest req;
+  req.path = out;
+  req.flag = "OUT";
+  req.force = force;
+  req.inputs = paths;
+  req.exists_fix = "overwrite it with --force, or choose another OUT";
+  results::OutputFile output(req);  // checked and locked before anything is read or written
   std::vector<Input> in;
   for (const std::string& p : paths) {
     Input x{p, results::open_sweep(p), {}, 0, 1};
-    const std::string status = text_attr(x.file, "status");
+    const std::string status = results::sweep_status(x.file);
     if (status != "complete") {
       fail("'", p, "' is ", status.empty() ? "of unknown status" : status, ", not complete: finish it with fp8moe sweep --resume ",
            p, " before merging");
@@ -97,8 +101,8 @@ std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>
     }
   }
 
-  const std::string tmp = out + ".tmp";
   std::int64_t rows = 0;
+  std::optional<results::SweepWriter> w;
   try {
     results::Attrs attrs;
     for (const std::string& name : first.file.attr_names()) {
@@ -113,35 +117,46 @@ std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>
     for (const std::string& p : paths) names += (names.empty() ? "" : ",") + p;
     attrs.emplace_back("merged_from", names);
     attrs.emplace_back("merged_utc", utc_now());
-    auto w = results::SweepWriter::create(tmp, attrs, static_cast<std::int64_t>(cases.size()));
+    w.emplace(results::SweepWriter::create(output.tmp(), attrs, static_cast<std::int64_t>(cases.size())));
+    w->file().set_name(output.path());  // messages name OUT, where the user looks
+    // The merged file is at most its inputs together: reserve that up front, so a full disk is
+    // one clear error before the copying starts.
+    std::int64_t need = 0;
+    for (const Input& x : in) need += results::file_size(x.path);
+    w->reserve(need, "the merged file");
     for (const std::string& name : first.file.attr_names()) {
       if (kFresh.count(name)) continue;
       try {
         (void)first.file.attr_string(name);
       } catch (const Error&) {
-        if (auto i = first.file.attr_int(name)) w.file().set_attr(name, *i);
+        if (auto i = first.file.attr_int(name)) w->file().set_attr(name, *i);
       }
     }
-    w.file().set_attr("save_blocks", int_attr(first.file, "save_blocks", 0));
-    w.file().set_attr("save_tensors", int_attr(first.file, "save_tensors", 0));
-    w.file().set_attr("shard_index", 0);
-    w.file().set_attr("shard_count", 1);
-    w.file().set_attr("merged_shards", static_cast<std::int64_t>(in.size()));
+    w->file().set_attr("save_blocks", int_attr(first.file, "save_blocks", 0));
+    w->file().set_attr("save_tensors", int_attr(first.file, "save_tensors", 0));
+    w->file().set_attr("shard_index", 0);
+    w->file().set_attr("shard_count", 1);
+    w->file().set_attr("merged_shards", static_cast<std::int64_t>(in.size()));
     for (const auto& [id, slot] : cases) {
       for (const char* kind : {"blocks", "tensors"}) {
         const std::string g = std::string("/") + kind + "/" + results::case_group_name(id);
-        if (slot.first->file.exists(g.substr(1))) w.copy_group(slot.first->file, g);
+        if (slot.first->file.exists(g.substr(1))) w->copy_group(slot.first->file, g);
       }
       std::vector<results::CaseRow> rs;
       for (const results::CaseRow* r : slot.second) rs.push_back(*r);
       rows += static_cast<std::int64_t>(rs.size());
-      w.commit(rs);
+      w->commit(rs);
     }
-    w.file().set_attr("finished_utc", utc_now());
-    w.finish("complete", missing.empty() ? "" : fmt::format("merged without {} of {} shards", missing.size(), first.shards));
-    std::filesystem::rename(tmp, out);
-  } catch (...) {
-    std::filesystem::remove(tmp, ec);
+    w->file().set_attr("finished_utc", utc_now());
+    w->finish("complete", missing.empty() ? "" : fmt::format("merged without {} of {} shards", missing.size(), first.shards));
+    output.publish();
+  } catch (const Error& e) {
+    // OUT.tmp is removed when `output` goes: no half file under any name. The messages of the
+    // store speak of --resume, which a merge does not have.
+    if (w) w->file().abandon();
+    const std::string msg = e.what();
+    const auto cut = msg.find("; the file keeps");
+    if (dynamic_cast<const IoError*>(&e)) fail_io(msg.substr(0, cut), ": free space, then merge again");
     throw;
   }
   return rows;

@@ -162,4 +162,30 @@ void save_tensors(h5::Group g, const scenarios::Case& c, const CaseTensors& t) {
   g.write("offs", offs);
 }
 
+std::int64_t saved_bytes_bound(const CaseTensors& t, bool blocks, bool tensors) {
+  constexpr std::int64_t kPerDataset = 4096;  // object header, attributes, dimension-scale references
+  std::int64_t bytes = 0;
+  auto map_bytes = [&](const std::vector<std::int64_t>& shape, std::int64_t br, std::int64_t bc) {
+    if (shape.size() != 2 && shape.size() != 3) return std::int64_t{0};
+    const View3 v = view3(shape);
+    // The map, float64 per tile, and its two scales (int64 per tile row and column).
+    return v.E * ceil_div(v.R, br) * ceil_div(v.C, bc) * 8 + (ceil_div(v.R, br) + ceil_div(v.C, bc) + v.E) * 8 +
+           3 * kPerDataset;
+  };
+  if (blocks) {
+    for (const CaseTensors::Output& o : t.outputs) bytes += 2 * map_bytes(o.result.shape, t.block, t.block);
+    for (const CaseTensors::Operand& op : t.quantized) {
+      bytes += 3 * map_bytes(op.x.shape, std::max<std::int64_t>(op.q.block_rows, 1), std::max<std::int64_t>(op.q.block_cols, 1));
+    }
+  }
+  if (tensors) {
+    for (const CaseTensors::Output& o : t.outputs) {
+      bytes += 4 * static_cast<std::int64_t>(o.result.numel() + o.single.numel() + o.hp64.numel()) + 3 * kPerDataset;
+    }
+    for (const auto& [name, x] : t.inputs) bytes += 4 * static_cast<std::int64_t>(x.numel()) + kPerDataset;
+    bytes += 4 * static_cast<std::int64_t>(t.offs.size()) + kPerDataset;
+  }
+  return bytes;
+}
+
 }  // namespace fp8moe::sim

@@ -12,4 +12,8 @@ namespace fp8moe::sim {
 void save_blocks(h5::Group g, const scenarios::Case& c, const CaseTensors& t);
 void save_tensors(h5::Group g, const scenarios::Case& c, const CaseTensors& t);
 
+// An upper bound of the bytes save_blocks / save_tensors add to the file, reserved before they
+// write (a full disk then stops the sweep before a write, results/store.hpp).
+std::int64_t saved_bytes_bound(const CaseTensors& t, bool blocks, bool tensors);
+
 }  // namespace fp8moe::sim

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "reference/error.hpp"
+#include "results/output_file.hpp"
 #include "results/store.hpp"
 #include "scenarios/expand.hpp"
 #include "sim/backend/cuda_backend.hpp"
@@ -309,6 +310,8 @@ int run_sweep(const SweepOptions& opt_in) {
 
   std::vector<ScenarioFile> files;
   std::map<std::int64_t, std::vector<CaseRow>> done;  // committed rows by case id (resume), root
+  // Declared before the writer: the file is closed before its lock is released.
+  std::optional<results::OutputFile> output;
   std::optional<results::SweepWriter> writer;
   SweepStart start;
   std::string out = opt.out;
@@ -316,8 +319,14 @@ int run_sweep(const SweepOptions& opt_in) {
     if (!root) return;
     if (!opt.resume.empty()) {
       out = opt.resume;
+      // The lock first: a sweep still writing this file refuses the resume before it is read.
+      results::OutputRequest req;
+      req.path = out;
+      req.flag = "--resume";
+      req.resume = true;
+      output.emplace(req);
       const h5::File f = results::open_sweep(out);
-      const auto status = f.attr_string("status").value_or("");
+      const std::string status = results::sweep_status(f);
       const auto version = f.attr_string("tool_version").value_or("");
       if (version != FP8MOE_VERSION) {
         fail("'", out, "' was written by fp8moe ", version, ", this is ", FP8MOE_VERSION,
@@ -409,24 +418,25 @@ int run_sweep(const SweepOptions& opt_in) {
   agreed(*rt, "before it started", [&] {
     if (!root) return;
     if (!opt.resume.empty()) {
-      writer.emplace(results::SweepWriter::resume(out));
+      writer.emplace(results::SweepWriter::resume(output->path()));
       std::map<std::int64_t, std::string> keys;
       for (const Case* c : runnable) keys[c->id] = c->key();
       for (const CaseRow& r : writer->rows()) {
         if (!keys.count(r.case_id) || keys[r.case_id] != r.case_key) {
-          writer->finish("failed", "resume: the committed cases do not match the stored scenario text");
+          writer->fail_quietly("resume: the committed cases do not match the stored scenario text");
           fail("'", out, "': committed case ", r.case_id, " (", r.case_key,
                ") is not what its scenario text expands to: the file cannot be resumed; rerun the sweep");
         }
         done[r.case_id].push_back(r);
       }
     } else {
-      std::error_code ec;
-      if (std::filesystem::exists(out, ec) && !opt.force) {
-        fail("'", out, "' exists: finish it with --resume ", out, ", overwrite it with --force, or choose --out");
-      }
-      const auto parent = std::filesystem::path(out).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      // Checked and locked before anything is touched (results/output_file.hpp).
+      results::OutputRequest req;
+      req.path = out;
+      req.force = opt.force;
+      req.make_parent = true;  // results/runs/ of the default --out
+      req.exists_fix = cat("finish it with --resume ", out, ", overwrite it with --force, or choose --out");
+      output.emplace(req);
       results::Attrs attrs = provenance();
       for (auto& kv : rt->provenance()) attrs.push_back(std::move(kv));
       std::string paths, seeds;
@@ -441,12 +451,19 @@ int run_sweep(const SweepOptions& opt_in) {
       attrs.emplace_back("backend_override", opt.backend);
       attrs.emplace_back("seed", seeds);
       attrs.emplace_back("started_utc", utc_now());
-      writer.emplace(results::SweepWriter::create(out, attrs, static_cast<std::int64_t>(runnable.size())));
-      writer->file().set_attr("save_blocks", opt.save_blocks ? 1 : 0);
-      writer->file().set_attr("save_tensors", opt.save_tensors ? 1 : 0);
-      writer->file().set_attr("shard_index", opt.shard_index);
-      writer->file().set_attr("shard_count", opt.shard_count);
-      writer->file().flush();
+      try {
+        writer.emplace(results::SweepWriter::create(output->tmp(), attrs, static_cast<std::int64_t>(runnable.size())));
+        writer->file().set_attr("save_blocks", opt.save_blocks ? 1 : 0);
+        writer->file().set_attr("save_tensors", opt.save_tensors ? 1 : 0);
+        writer->file().set_attr("shard_index", opt.shard_index);
+        writer->file().set_attr("shard_count", opt.shard_count);
+        writer->file().flush();
+      } catch (const Error&) {
+        if (writer) writer->file().abandon();  // PATH.tmp is removed with the lock
+        throw;
+      }
+      output->publish();  // the header is complete: PATH.tmp becomes PATH, the open file follows
+      writer->moved_to(output->path());
     }
     for (const auto& kv : done) start.done.insert(kv.first);
   });
@@ -499,6 +516,12 @@ int run_sweep(const SweepOptions& opt_in) {
         run_ms += r.time_ms;
         if (root) {
           const auto w0 = std::chrono::steady_clock::now();
+          // Room for the whole case before its first byte: a full disk stops here, cleanly.
+          const bool groups = (opt.save_blocks || opt.save_tensors) && !r.error;
+          if (groups) {
+            writer->reserve(saved_bytes_bound(r.tensors, opt.save_blocks, opt.save_tensors) + writer->commit_bytes(r.rows),
+                            cat("case ", c->id));
+          }
           if (opt.save_blocks && !r.error) save_blocks(writer->case_group("blocks", c->id), *c, r.tensors);
           if (opt.save_tensors && !r.error) save_tensors(writer->case_group("tensors", c->id), *c, r.tensors);
           writer->commit(r.rows);
@@ -528,6 +551,7 @@ int run_sweep(const SweepOptions& opt_in) {
                                             g_signal.load(), n_done, runnable.size(), out,
                                             opt.mesh == "fake" ? "" : " --mesh " + opt.mesh);
         if (root) {
+          writer->reserve(4096, "the finish time");
           writer->file().set_attr("finished_utc", utc_now());
           writer->finish("interrupted", why);
           progress.clear_line();
@@ -536,17 +560,23 @@ int run_sweep(const SweepOptions& opt_in) {
         return 130;
       }
     }
-  } catch (const std::exception& e) {
-    try {
-      if (writer) writer->finish("failed", e.what());
-    } catch (const std::exception&) {
+    rt->barrier();
+    if (root) {
+      writer->reserve(4096, "the finish time");
+      writer->file().set_attr("finished_utc", utc_now());
+      writer->finish("complete", "");
     }
+  } catch (const IoError& e) {
+    // A full disk: the file keeps every committed case (the store reserved before each write).
+    if (writer) writer->fail_quietly(e.what());
+    const std::string msg = e.what();
+    if (msg.find("--resume") != std::string::npos) throw;
+    fail_io(msg, "; the file keeps its committed cases: free space, then fp8moe sweep --resume ", out);
+  } catch (const std::exception& e) {
+    if (writer) writer->fail_quietly(e.what());
     throw;
   }
-  rt->barrier();
   if (!root) return 0;
-  writer->file().set_attr("finished_utc", utc_now());
-  writer->finish("complete", "");
   const double total_s = progress.elapsed();
   fmt::print("# summary: {} cases run, {} rows: {} ok, {} fail, {} error; lowest sqnr_hp64 {} dB; {} ({:.1f}% writing "
              "results); {}\n",

@@ -48,7 +48,8 @@ HALF_ULP_MAX = {"e4m3": 16.0, "e5m2": 4096.0}
 
 
 def run(fp8moe, args):
-    r = subprocess.run([fp8moe, "quantize", *args], capture_output=True, text=True)
+    # --force: the work folder is reused from run to run (quantize refuses to overwrite without it).
+    r = subprocess.run([fp8moe, "quantize", *args, "--force"], capture_output=True, text=True)
     check(r.returncode == 0, f"fp8moe quantize {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
     check(len(r.stdout.splitlines()) == 1, f"one summary line expected, got {r.stdout!r}")
 

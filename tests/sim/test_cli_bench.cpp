@@ -52,9 +52,9 @@ TEST_CASE("fp8moe bench: without a device (or CUDA) it says so and writes no fil
   } else {
     REQUIRE(r.rc == 0);
     CHECK(r.output.find("q/copy") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(out + ".partial"));
+    CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
     const h5::File f = h5::File::open(out);
     CHECK(f.attr_string("status").value_or("") == "complete");
   }
-  CHECK_FALSE(std::filesystem::exists(out + ".partial"));
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
 }

@@ -184,10 +184,10 @@ TEST_CASE("bad options and inputs: exit 2, one line, no output file") {
   check_error(run_cli("--in " + quote(in) + " --dataset W3 --recipe 128x1" + io),
               {"recipe 128x1 takes a 2-D (M,K) tensor", "(2,128,128)"}, out);
   check_error(run_cli("--in " + quote(in) + " --dataset A --recipe 1x128"), {"'--out' is required"}, out);
-  // A create that fails (no such directory) leaves nothing behind either.
+  // An output in a missing directory is refused before anything is read, and leaves nothing behind.
   const std::string bad_out = dir.file("no/such/dir/out.h5");
   check_error(run_cli("--in " + quote(in) + " --dataset A --recipe 1x128 --out " + quote(bad_out)),
-              {"cannot create '" + bad_out + ".tmp'", "H5Fcreate failed"}, bad_out);
+              {"the directory '" + dir.file("no/such/dir") + "' of --out '" + bad_out + "' does not exist"}, bad_out);
 }
 
 TEST_CASE("non-finite inputs are refused unless --allow-nonfinite, and counted") {

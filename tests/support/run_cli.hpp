@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #ifndef FP8MOE_BIN
@@ -22,9 +23,16 @@ struct Run {
 
 inline std::string quote(const std::string& s) { return "'" + s + "'"; }
 
+// The binary under test: FP8MOE_BIN, or the environment's FP8MOE_TEST_BIN (to run a suite against
+// another build, e.g. to see a new test fail on the code before a fix).
+inline std::string bin_path() {
+  const char* env = std::getenv("FP8MOE_TEST_BIN");
+  return env && *env ? env : FP8MOE_BIN;
+}
+
 // `fp8moe COMMAND ARGS`, stderr merged into the captured output unless `stderr_too` is false.
 inline Run run_cli(const std::string& command, const std::string& args, bool stderr_too = true) {
-  const std::string cmd = quote(FP8MOE_BIN) + " " + command + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd = quote(bin_path()) + " " + command + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null");
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
