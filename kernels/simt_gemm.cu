@@ -272,8 +272,8 @@ void simt_block_gemm(const BlockOperand& L, const BlockOperand& R, std::int64_t 
   if (gy > 65535) fail("simt_block_gemm: ", L.rows, " lhs rows exceed the grid limit (", 65535 * kTile, ")");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   const std::int64_t nkb = kc / B;
-  const RunSplit split{std::max<std::int64_t>(split_run_blocks(nkb, splits), 1), splits};
   const ScaleConfig cfg = scale_config(L, R);
+  const RunSplit split{std::max<std::int64_t>(split_run_blocks(nkb, splits, split_unit(cfg, opt.split_unit)), 1), splits};
   const bool tc = opt.mode == Mode::hopper_tc;
   if (opt.quant.format == Fp8Format::e4m3) {
     (tc ? simt_tc_gemm_kernel<Fp8Format::e4m3> : simt_block_gemm_kernel<Fp8Format::e4m3>)

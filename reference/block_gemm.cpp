@@ -449,7 +449,7 @@ void block_gemm_scalar(const BlockOperand& L, const BlockOperand& R, std::int64_
   const Combine cmb{opt.mode, opt.promotion, scale_config(L, R)};
   // cuBLASLt's split-K: runs of q blocks, each promoted from +0, added in order (tensor_core.hpp).
   const int runs = opt.mode == Mode::exact ? 1 : std::max(splits, 1);
-  const std::int64_t q = split_run_blocks(nkb, runs);
+  const std::int64_t q = split_run_blocks(nkb, runs, split_unit(cmb.cfg, opt.split_unit));
 #pragma omp parallel for schedule(dynamic, 4)
   for (std::int64_t i = 0; i < L.rows; ++i) {
     for (std::int64_t j = 0; j < R.rows; ++j) {

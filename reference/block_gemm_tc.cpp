@@ -325,7 +325,7 @@ std::vector<std::size_t> block_gemm_tc(std::span<const GemmTask> tasks, const Ge
       // cuBLASLt's split-K runs (tensor_core.hpp): each promoted from +0, then added in order.
       // Run 0 is the total itself (split_combine), later runs go through `run`.
       const int runs = std::max(g.splits, 1);
-      const std::int64_t q = split_run_blocks(nkb, runs);
+      const std::int64_t q = split_run_blocks(nkb, runs, split_unit(scale_config(g.L, g.R), opt.split_unit));
       for (int ri = 0; ri < runs; ++ri) {
         float* y = ri == 0 ? tot.data() : run.data();
         std::fill(y, y + kMC * nc_tile, 0.0f);

@@ -38,6 +38,9 @@ struct GemmOptions {
   // cuBLASLt's split-K per expert (numSplitsK of the algorithm it ran; empty or 1: no split), so
   // hopper-tc/cublas reproduces a split call. Only quantized modes with a fp32 accumulator use it.
   std::vector<std::int32_t> split_k;
+  // The split runs' unit in blocks (0: the measured rule of the scale config, tensor_core.hpp's
+  // split_unit); other values model other kernels or test candidate rules on a device.
+  int split_unit = 0;
 };
 
 bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32, hopper-tc

@@ -78,11 +78,22 @@ FP8MOE_HD float promote(Promotion p, ScaleConfig c, float P, float sa, float sb,
   return fma_rn(P, mul_rn(sa, sb), y);
 }
 
-// cuBLASLt's split-K runs: blocks per run for KB K-blocks and S splits (S >= 1).
-FP8MOE_HD std::int64_t split_run_blocks(std::int64_t kb, int s) {
+// cuBLASLt's split-K runs: blocks per run for KB K-blocks and S splits (S >= 1), cut in whole
+// units of `unit` blocks: q = unit * ceil(KB / (unit * S)).
+FP8MOE_HD std::int64_t split_run_blocks(std::int64_t kb, int s, int unit = 4) {
   if (s <= 1) return kb;
-  const std::int64_t units = (kb + 4LL * s - 1) / (4LL * s);
-  return 4 * units;
+  const std::int64_t u = unit < 1 ? 1 : unit;
+  const std::int64_t units = (kb + u * s - 1) / (u * s);
+  return u * units;
+}
+// The run unit of a scale config, measured on the H200 (cuBLASLt 13.1): act x weight splits cut
+// whole units of 4 blocks (512 of K); act x act (wgrad) splits: kActActSplitUnit. `override` > 0
+// replaces it (GemmOptions::split_unit, for measuring other rules on a device).
+constexpr int kActWeightSplitUnit = 4;
+constexpr int kActActSplitUnit = 4;
+FP8MOE_HD int split_unit(ScaleConfig c, int override) {
+  if (override > 0) return override;
+  return c == ScaleConfig::act_act ? kActActSplitUnit : kActWeightSplitUnit;
 }
 
 // Closing split run `run_index` (0-based) with result `run` into the call's total.

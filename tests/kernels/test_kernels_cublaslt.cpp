@@ -96,6 +96,25 @@ double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c,
               static_cast<long long>(c.K), splits.c_str(), m.bitwise_equal_frac, m.sqnr_db);
   CHECK(m.nonfinite == 0);
   CHECK(m.bitwise_equal_frac == 1.0);  // NaN fails
+  bool split = false;
+  for (const std::int32_t k : opt.split_k) split = split || k > 1;
+  if (split) {
+    // The run rule measured: the model with runs cut in units of 1, 2 and 4 blocks.
+    std::printf("  split-run unit candidates (%s %s, K blocks per expert:", pass_name(p), out_dtype_name(out));
+    std::int32_t s0 = 0;
+    for (const std::int32_t e : c.offs) {
+      std::printf(" %d", p == Pass::wgrad ? (e - s0) / 128 : static_cast<int>((p == Pass::fwd ? c.K : c.N) / 128));
+      s0 = e;
+    }
+    std::printf("):");
+    for (int unit : {1, 2, 4}) {
+      GemmOptions o = opt;
+      o.split_unit = unit;
+      const Metrics mu = compare(run_pass(cpu, p, c, seed, o).data, got.data);
+      std::printf(" unit %d -> %.6f", unit, mu.bitwise_equal_frac);
+    }
+    std::printf("\n");
+  }
   return m.bitwise_equal_frac;
 }
 
@@ -169,6 +188,11 @@ TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equa
       }
       cases.push_back({Case{"dgrad split hunt", K, 512, {static_cast<std::int32_t>(M)}, false}, Pass::dgrad});
     }
+  }
+  // Token counts whose block counts make ceil(KB/S) odd for S = 3, 4 or 6 (8576 = 67 blocks,
+  // 12416 = 97, 17152 = 134): there units of 1, 2 and 4 cut different runs.
+  for (std::int32_t Me : {8576, 12416, 17152}) {
+    cases.push_back({Case{"wgrad unit probe", 128, 128, {Me}, false}, Pass::wgrad});
   }
   for (std::int64_t N : {128, 256, 512}) {
     for (std::int32_t Me : {8192, 16384, 32768}) {
