@@ -109,6 +109,11 @@ TEST_CASE("truncation: integer keys and flags are read in 64 bits and range-chec
   refused("gemm", "--block 4294967424", {"--block 4294967424", "exceeds the limit 2147483647"});
   refused("run", "--experts 4294967298", {"--experts 4294967298", "exceeds the limit 65536"});
   refused("run", "--block 4294967424", {"--block 4294967424", "exceeds the limit"});
+  const std::string q = out_path("block_quantize.h5");
+  refused("quantize", "--in x.h5 --dataset A --recipe 1x128 --block 4294967424 --out " + quote(q),
+          {"--block 4294967424", "exceeds the limit 2147483647"});
+  CHECK_FALSE(fs::exists(q));
+  refused("bench-cpu", "--reps 4294967297", {"--reps 4294967297", "exceeds the limit 1000"});
   // Boost's lexical_cast wraps "-1" to 2^64 - 1 for an unsigned option.
   refused("gemm", "--seed -1", {"--seed '-1'", "not a non-negative integer"});
   refused("run", "--seed -1", {"--seed '-1'", "not a non-negative integer"});
