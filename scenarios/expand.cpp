@@ -6,9 +6,11 @@
 #include <map>
 #include <set>
 
+#include "reference/checked.hpp"
 #include "reference/error.hpp"
 #include "reference/groups.hpp"
 #include "sim/backend/backend.hpp"
+#include "sim/limits/limits.hpp"
 #include "sim/rules/enumerate.hpp"
 
 namespace fp8moe::scenarios {
@@ -41,16 +43,21 @@ auto at(const Value& v, const std::string& key, F&& f) -> decltype(f(v.text)) {
   }
 }
 
-std::int64_t parse_int(const std::string& s, std::int64_t lo) {
+// An integer key's value, parsed in 64 bits and range-checked before any narrowing (experts =
+// 2^32+2 must not run as 2).
+std::int64_t parse_int(const std::string& s, std::int64_t lo, std::int64_t hi) {
   std::size_t used = 0;
   long long x = 0;
   try {
     x = std::stoll(s, &used);
+  } catch (const std::out_of_range&) {
+    fail("'", s, "' is beyond 64 bits: use at most ", hi);
   } catch (const std::exception&) {
     fail("'", s, "' is not an integer");
   }
   if (used != s.size()) fail("'", s, "' is not an integer");
   if (x < lo) fail("must be >= ", lo);
+  if (x > hi) fail("exceeds the limit ", hi, ": use at most ", hi);
   return x;
 }
 
@@ -69,10 +76,11 @@ std::vector<Value> expand_ranges(const std::vector<Value>& vals, const std::stri
       out.push_back(v);
       continue;
     }
-    const std::int64_t a = at(v, key, [&](const std::string& s) { return parse_int(s.substr(0, dots), 0); });
-    const std::int64_t b = at(v, key, [&](const std::string& s) { return parse_int(s.substr(dots + 2), 0); });
+    const std::int64_t a = at(v, key, [&](const std::string& s) { return parse_int(s.substr(0, dots), 0, kInt64Max); });
+    const std::int64_t b = at(v, key, [&](const std::string& s) { return parse_int(s.substr(dots + 2), 0, kInt64Max); });
     if (b < a || b - a > 10000) fail(v.where(), ": ", key, " = ", v.text, ": a range A..B needs A <= B, at most 10001 values");
-    for (std::int64_t x = a; x <= b; ++x) out.push_back(Value{std::to_string(x), v.file, v.line});
+    // Counted, not `x <= b; ++x`: that would overflow past b = 2^63 - 1.
+    for (std::int64_t i = 0; i <= b - a; ++i) out.push_back(Value{std::to_string(a + i), v.file, v.line});
   }
   return out;
 }
@@ -90,6 +98,45 @@ struct Axes {
   std::map<std::string, std::vector<Value>> v;
   const std::vector<Value>& operator[](const std::string& k) const { return v.at(k); }
 };
+
+// The number of cases a scenario's axes multiply to, refused past max_cases before the product is
+// built (seed = 0..10000 with four modes and 30 shapes is 1.2 million cases).
+void check_product_size(const Section& sec, const std::vector<std::pair<const char*, std::size_t>>& axes,
+                        std::int64_t max_cases) {
+  std::int64_t n = 1;
+  std::string named;
+  for (const auto& [name, size] : axes) {
+    if (size > 1) named += cat(named.empty() ? "" : " x ", name, " ", size);
+    n = checked_mul(n, static_cast<std::int64_t>(size), "cases");  // each factor is a list in memory: no overflow
+    if (n > max_cases) {
+      fail(sec.file, ":", sec.line, ": scenario ", sec.name, " expands to more than the limit of ", max_cases, " cases (",
+           named, " ...): use fewer values per axis or split it into several scenarios");
+    }
+  }
+}
+
+// Machine-independent limits of one case (int32 offsets, 64-bit memory estimate) and, with
+// opt.host_memory, the machine's memory for the CPU reference: checked before the routing, which
+// loops over the tokens, so that `fp8moe list` refuses a huge case at once.
+void check_case_size(const Case& c, const Section& sec, const ExpandOptions& opt) {
+  const std::string where = cat(sec.file, ":", sec.line, ": scenario ", sec.name, ": ");
+  std::int64_t need = 0;
+  try {
+    need = c.memory_estimate();
+  } catch (const Error& e) {
+    fail(where, c.level, " case E=", c.experts, " M=", c.tokens, c.level == "op" ? cat(" N=", c.n, " K=", c.k) : cat(" D=", c.dim, " H=", c.hidden),
+         " on mesh ", c.mesh, ": ", e.what(), ": use smaller tokens/dims");
+  }
+  try {
+    check_token_offsets(c.tokens, c.experts, c.gemm.quant.block, is_quantized(c.gemm.mode));
+  } catch (const Error& e) {
+    fail(where, e.what(), " (the case would need about ", format_bytes(need), "): use fewer tokens or experts");
+  }
+  if (opt.host_memory > 0 && c.backend == "reference" && need > opt.host_memory) {
+    fail(where, "case (", c.key(), ") needs about ", format_bytes(need), " (estimate) but this machine has ",
+         format_bytes(opt.host_memory), " available: use smaller tokens/dims, fewer ranks, or a GPU backend");
+  }
+}
 
 }  // namespace
 
@@ -143,20 +190,17 @@ std::string Case::key() const {
 }
 
 std::int64_t Case::memory_estimate() const {
-  // Floats of the inputs and intermediates, held by every rank (shards are at most whole
-  // tensors) and by the three runs (plan, single device, hp64), outputs as doubles.
-  const double w = world;
-  if (level == "op") {
-    const double M = static_cast<double>(tokens) + experts * 128.0;  // padded rows
-    const double in = M * static_cast<double>(k + n) + static_cast<double>(experts) * n * k;
-    const double out = pass == Pass::wgrad ? static_cast<double>(experts) * n * k
-                                           : M * static_cast<double>(pass == Pass::fwd ? n : k);
-    return static_cast<std::int64_t>(4 * in * (w + 3) * 1.5 + 8 * out * (w + 4));
-  }
-  const double M = static_cast<double>(tokens) + experts * 128.0;
-  const double D = static_cast<double>(dim), H = static_cast<double>(hidden);
-  const double tensors = 2 * M * D + 3 * experts * H * D * 2 + 8 * M * H + 2 * M * D;
-  return static_cast<std::int64_t>(4 * tensors * (w + 3) * 1.5);
+  CaseSize s;
+  s.layer = level == "layer";
+  s.pass = pass;
+  s.world = world;
+  s.experts = experts;
+  s.tokens = tokens;
+  s.n = n;
+  s.k = k;
+  s.dim = dim;
+  s.hidden = hidden;
+  return host_memory_estimate(s);
 }
 
 double Case::flops() const {
@@ -234,19 +278,22 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
       for (const Value& v : ax["backend"]) {
         at(v, "backend", [](const std::string& s) { return backend_unsupported(s, GemmOptions{}); });
       }
-      auto ints = [&](const std::string& key, std::int64_t lo) {
+      auto ints = [&](const std::string& key, std::int64_t lo, std::int64_t hi) {
         std::vector<std::int64_t> out;
-        for (const Value& v : ax[key]) out.push_back(at(v, key, [&](const std::string& s) { return parse_int(s, lo); }));
+        for (const Value& v : ax[key]) out.push_back(at(v, key, [&](const std::string& s) { return parse_int(s, lo, hi); }));
         return out;
       };
-      const auto experts = ints("experts", 1), tokens = ints("tokens", 0), ns = ints("n", 1), ks = ints("k", 1),
-                 dims = ints("dim", 1), hiddens = ints("hidden", 1), blocks = ints("block", 1);
+      // Sizes stay 64-bit here: the case's checks (check_case_size) name the int32 offsets limit
+      // and the memory estimate, which bound them and their products.
+      const auto experts = ints("experts", 1, kMaxExperts), tokens = ints("tokens", 0, kInt64Max),
+                 ns = ints("n", 1, kInt64Max), ks = ints("k", 1, kInt64Max), dims = ints("dim", 1, kInt64Max),
+                 hiddens = ints("hidden", 1, kInt64Max), blocks = ints("block", 1, kInt32Max);
       std::vector<std::uint64_t> seeds;
-      for (std::int64_t s : ints("seed", 0)) seeds.push_back(static_cast<std::uint64_t>(s));
-      for (const Value& v : ax["block"]) {
+      for (std::int64_t s : ints("seed", 0, kInt64Max)) seeds.push_back(static_cast<std::uint64_t>(s));
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
         QuantOptions q;
-        q.block = static_cast<int>(parse_int(v.text, 1));
-        at(v, "block", [&](const std::string&) { check_quant_options(q); return 0; });
+        q.block = static_cast<int>(blocks[i]);  // <= kInt32Max: fits an int
+        at(ax["block"][i], "block", [&](const std::string&) { check_quant_options(q); return 0; });
       }
       std::vector<Routing> routings;
       for (const Value& v : ax["routing"]) routings.push_back(at(v, "routing", [](const std::string& s) { return parse_routing(s); }));
@@ -301,6 +348,19 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
           return x;
         }));
       }
+
+      // The product's size first, in 64 bits against the limit: the product is built in memory.
+      check_product_size(sec, {{"level", ax["level"].size()}, {"mesh", meshes.size()}, {"plan", ax["plan"].size()},
+                               {"pass", passes.size()}, {"lhs", ax["lhs"].size()}, {"rhs", ax["rhs"].size()},
+                               {"placements", ax["placements"].size()}, {"mode", modes.size()}, {"backend", ax["backend"].size()},
+                               {"experts x tokens (or offs)", offs_given ? offs_list.size() : experts.size() * tokens.size()},
+                               {"n", ns.size()}, {"k", ks.size()}, {"dim", dims.size()}, {"hidden", hiddens.size()},
+                               {"routing x empty_experts", routings.size() * empties.size()}, {"dist", dists.size()},
+                               {"seed", seeds.size()}, {"format", formats.size()}, {"block", blocks.size()},
+                               {"pow2_scales", pow2s.size()}, {"pad", ax["pad"].size()}, {"fsdp_gather", gathers.size()},
+                               {"reduce_dtype", rdtypes.size()}, {"reduce_order", rorders.size()},
+                               {"fp8_dispatch", dispatches.size()}, {"lr", lrs.size()}},
+                         opt.max_cases);
 
       // The product, outermost key first. Each element is one partially built case with the
       // choices that are resolved only once every key is known.
@@ -401,6 +461,7 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
       for (Proto& proto : protos) {
         Case& c = proto.c;
         std::vector<Case> out;
+        check_case_size(c, sec, opt);
         // Routing (deferred until the seed is known).
         if (c.routing != "explicit") {
           try {
@@ -527,6 +588,10 @@ Expansion expand(const std::vector<ScenarioFile>& files, const ExpandOptions& op
           if (d.rejected.empty()) d.rejected = backend_unsupported(d.backend, d.gemm);
           const std::string key = cat(d.scenario, "|", d.key());
           if (!seen_keys.insert(key).second) continue;  // an axis this case does not use
+          if (next_id >= opt.max_cases) {
+            fail(sec.file, ":", sec.line, ": scenario ", sec.name, ": the files expand to more than the limit of ", opt.max_cases,
+                 " cases: use fewer values per axis (lhs/rhs = all enumerates every placement) or split the files");
+          }
           d.id = next_id++;
           const bool keep = opt.only.empty() || glob_match(opt.only, d.scenario) ||
                             glob_match("*" + opt.only + "*", d.key());

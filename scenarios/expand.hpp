@@ -13,6 +13,7 @@
 #include "reference/gemm.hpp"
 #include "scenarios/scenario.hpp"
 #include "sim/comm/communicator.hpp"
+#include "sim/limits/limits.hpp"
 #include "sim/mesh/placement.hpp"
 #include "sim/plans/layer_plan.hpp"
 
@@ -60,6 +61,11 @@ struct Case {
 struct ExpandOptions {
   std::string only;               // glob on "scenario" or on the case key ("*tp=2*"); empty: all
   std::string backend_override;   // --backend: replaces every scenario's backend
+  // Bytes a reference-backend case may need (its memory_estimate): a larger one is refused before
+  // it is routed, naming the estimate. 0: not checked (the machine-independent limits still are).
+  std::int64_t host_memory = 0;
+  // Cases the files may expand to (sim/limits/limits.hpp's kMaxCases; the fuzzer asks for fewer).
+  std::int64_t max_cases = sim::kMaxCases;
 };
 
 struct Expansion {

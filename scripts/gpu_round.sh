@@ -3,9 +3,12 @@
 # binaries load (ldd), run every GPU test binary, a cuda-simt / cuda-cublaslt `fp8moe run`, the
 # ci.ini sweeps on every GPU backend and mesh, and the kernel bench (`fp8moe bench`: table + HDF5).
 # Few files come back from the device tool, so the logs are RESULTS_DIR/device.log, tests.log,
-# runs.log, sweeps.log (+ the sweeps' .h5), bench.log and bench-kernels.h5
+# runs.log, sweeps.log (+ the sweeps' .h5), bench.log, bench-kernels.h5 and sanitize.log
 # (the device tool returns at most 8 files: delete the .h5 you do not need before the call ends).
-#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|all=all]
+# `sanitize`: compute-sanitizer's memcheck, racecheck and initcheck over every GPU test binary,
+# each run bounded by a timeout (racecheck and initcheck slow kernels down by 10-100x); the log
+# starts with a summary (per tool and suite: errors found, rc, seconds), then the reports.
+#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|sanitize|all=all]
 # Exit status: the number of steps that failed.
 set -uo pipefail
 pack=$1
@@ -36,10 +39,11 @@ step() {  # step LOG COMMAND...: appends COMMAND's output and exit status to RES
   echo "# MPI on this machine: $(command -v mpirun || echo 'no mpirun') $(ls /usr/lib/x86_64-linux-gnu/libmpi.so* 2>/dev/null | head -1)"
   "$bin/fp8moe" info
 } >"$res/device.log" 2>&1
+gpu_tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
+           test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend
+           test_cuda_fake_comm test_nccl_comm)
 if [[ $what == all || $what == tests ]]; then
-  for t in test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm \
-           test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend \
-           test_cuda_fake_comm test_nccl_comm; do
+  for t in "${gpu_tests[@]}"; do
     step tests "$bin/$t"
   done
   for be in reference cuda-simt cuda-cublaslt; do
@@ -74,6 +78,10 @@ if [[ $what == all || $what == sweeps ]]; then
   fi
   # One production scenario (3 cases) within a time limit: the whole file takes longer than a round.
   step sweeps timeout 240 "$bin/fp8moe" sweep scenarios/production.ini --only deepseek_v3_w2 --out "$res/production.h5" --force
+fi
+if [[ $what == all || $what == sanitize ]]; then
+  scripts/gpu_sanitize.sh "$bin" "$res/sanitize.log" "${gpu_tests[@]}" || failed=$((failed + 1))
+  echo "sanitize: $(head -1 "$res/sanitize.log")"
 fi
 if [[ $what == all || $what == bench ]]; then
   step bench "$bin/fp8moe" bench --h5 "$res/bench-kernels.h5" --force

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what fp8moe needs from Debian's packages, only what is missing (idempotent).
 # CUDA is optional: the CUDA toolkit, when present at /usr/local/cuda, enables the GPU backend.
+# clang, its sanitizer/libFuzzer runtimes (libclang-rt-dev) and its OpenMP (libomp-dev) build the
+# fuzz targets (scripts/fuzz.sh); the main build stays gcc.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
   libeigen3-dev libboost-program-options-dev libhdf5-dev libfmt-dev doctest-dev
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-dev libomp-dev
   python3 python3-h5py python3-numpy
   python3-pandas python3-matplotlib python3-xarray python3-h5netcdf
   python3-nbformat python3-nbclient python3-nbconvert python3-ipykernel jupyter-nbconvert

@@ -13,6 +13,7 @@
 #include "reference/gemm.hpp"
 #include "reference/groups.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/cli/flags.hpp"
 
 namespace fp8moe::cli {
 namespace {
@@ -62,14 +63,14 @@ std::int64_t wrong_in_slice(const TensorD& y, const Quantized& Aq, const Quantiz
 int cmd_bench_cpu(const Args& args) {
   po::options_description desc("fp8moe bench-cpu options");
   desc.add_options()("help,h", "show this help")
-      ("reps", po::value<int>()->default_value(5), "timed repetitions per measurement (median reported)")
+      ("reps", po::value<std::int64_t>()->default_value(5), "timed repetitions per measurement (median reported)")
       ("quick", po::bool_switch(), "only the small torchao shapes")
       ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)");
   po::variables_map vm;
   if (!parse(args, desc, vm, "usage: fp8moe bench-cpu [--reps R] [--quick] [--threads N]")) return 0;
   set_threads(vm["threads"].as<int>());
-  const int reps = vm["reps"].as<int>();
-  if (reps < 1) fail("--reps must be >= 1, got ", reps);
+  // At most 1000: each repetition reruns every measured GEMM (seconds each on big shapes).
+  const int reps = static_cast<int>(int_flag(vm, "reps", 1, 1000));
 
   std::vector<Shape> shapes;
   if (!vm["quick"].as<bool>()) {

@@ -13,7 +13,9 @@
 #include "reference/groups.hpp"
 #include "reference/metrics.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/cli/flags.hpp"
 #include "sim/cli/gemm_io.hpp"
+#include "sim/limits/limits.hpp"
 
 namespace fp8moe::cli {
 namespace {
@@ -124,7 +126,7 @@ int cmd_gemm(const Args& args) {
   po::options_description desc("fp8moe gemm options");
   desc.add_options()("help,h", "show this help")
       ("pass", po::value<std::string>()->default_value("all"), "fwd, dgrad, wgrad, a comma list, or all")
-      ("experts,E", po::value<int>(), "number of experts E (default 3)")
+      ("experts,E", po::value<std::int64_t>(), "number of experts E (default 3)")
       ("tokens,M", po::value<std::int64_t>(), "number of routed tokens M (default 500)")
       ("n,N", po::value<std::int64_t>()->default_value(256), "output features N of the expert weight (E,N,K)")
       ("k,K", po::value<std::int64_t>()->default_value(256), "input features K")
@@ -132,11 +134,11 @@ int cmd_gemm(const Args& args) {
       ("routing", po::value<std::string>(), "uniform, balanced or zipf:S (instead of --offs)")
       ("empty", po::value<std::string>(), "comma list of experts that receive no tokens (with --routing)")
       ("dist", po::value<std::string>()->default_value("normal"), "normal, uniform, student-t or outliers")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "data seed")
+      ("seed", po::value<std::string>()->default_value("0"), "data seed")
       ("modes", po::value<std::string>()->default_value("hp64,bf16,exact,torchao-emulated,promote-fp32,hopper-tc"),
        "comma list: hp64, bf16, exact, torchao-emulated, promote-fp32[:deepgemm|:cublas], hopper-tc[:deepgemm|:cublas]")
       ("format", po::value<std::string>()->default_value("e4m3"), "FP8 format: e4m3 or e5m2")
-      ("block", po::value<int>()->default_value(128), "quantization block: 64, 128 or 256")
+      ("block", po::value<std::int64_t>()->default_value(128), "quantization block: 64, 128 or 256")
       ("pow2-scales", po::bool_switch(), "round scale multipliers down to powers of two")
       ("pad", po::value<std::string>()->default_value("auto"),
        "token-group padding: on, off, or auto (on when a group is not a multiple of the block)")
@@ -152,16 +154,30 @@ int cmd_gemm(const Args& args) {
 
   GemmOptions base;
   base.quant.format = parse_format(vm["format"].as<std::string>());
-  base.quant.block = vm["block"].as<int>();
+  base.quant.block = static_cast<int>(int_flag(vm, "block", 1, kInt32Max));
   base.quant.pow2_scales = vm["pow2-scales"].as<bool>();
   check_quant_options(base.quant);
   base.out = parse_out_dtype(vm["out-dtype"].as<std::string>());
   if (base.out == OutDtype::fp64) fail("--out-dtype fp64 is not a GEMM output dtype: use bf16 or fp32");
   const std::vector<Pass> passes = parse_passes(vm["pass"].as<std::string>());
   const std::vector<ModeSpec> modes = parse_modes(vm["modes"].as<std::string>(), base);
-  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  const std::uint64_t seed = seed_flag(vm);
   const Dist dist = parse_dist(vm["dist"].as<std::string>());
   const bool allow_nonfinite = vm["allow-nonfinite"].as<bool>();
+  bool any_quantized = false;
+  for (const ModeSpec& ms : modes) any_quantized = any_quantized || is_quantized(ms.mode);
+  // The memory estimate, before any tensor is generated or run (issue 16 defect 4).
+  const auto check_memory = [&](std::int64_t E, std::int64_t M, std::int64_t N, std::int64_t K) {
+    const std::int64_t kept = vm.count("save") ? static_cast<std::int64_t>(modes.size() * passes.size()) : 0;
+    std::int64_t need = 0;
+    try {
+      need = sim::gemm_memory_estimate(E, M, N, K, base.quant.block, kept);
+    } catch (const Error& e) {
+      fail("E=", E, " M=", M, " N=", N, " K=", K, ": ", e.what(), ": use smaller --tokens, --n, --k or --experts");
+    }
+    sim::require_host_memory(need, cat("fp8moe gemm E=", E, " M=", M, " N=", N, " K=", K),
+                             "use smaller --tokens, --n, --k or --experts");
+  };
   // The output is checked and locked before the run: a bad --save fails in a second, not after it.
   std::optional<results::OutputFile> save;
   if (vm.count("save")) {
@@ -194,7 +210,7 @@ int cmd_gemm(const Args& args) {
     }
     const bool explicit_shape = vm.count("experts") || vm.count("tokens");
     std::int64_t M = vm.count("tokens") ? vm["tokens"].as<std::int64_t>() : 500;
-    int E = vm.count("experts") ? vm["experts"].as<int>() : 3;
+    int E = vm.count("experts") ? static_cast<int>(int_flag(vm, "experts", 1, sim::kMaxExperts)) : 3;
     if (vm.count("offs")) {
       d.offs = parse_int_list(vm["offs"].as<std::string>(), "--offs");
       check_offsets(d.offs, d.offs.back());
@@ -209,6 +225,21 @@ int cmd_gemm(const Args& args) {
       if (vm.count("empty")) {
         for (std::int32_t e : parse_int_list(vm["empty"].as<std::string>(), "--empty")) r.empty_experts.push_back(e);
       }
+      if (M < 0) fail("--tokens must be >= 0, got ", M);
+      const std::int64_t N = vm["n"].as<std::int64_t>(), K = vm["k"].as<std::int64_t>();
+      if (N <= 0 || K <= 0) fail("--n and --k must be positive, got N = ", N, ", K = ", K);
+      // Before the routing, which loops over every token: offsets are int32, and the case must fit.
+      try {
+        sim::check_token_offsets(M, E, base.quant.block, any_quantized);
+      } catch (const Error& e) {
+        std::string est;
+        try {
+          est = cat(" (the case would need about ", format_bytes(sim::gemm_memory_estimate(E, M, N, K, base.quant.block, 0)), ")");
+        } catch (const Error&) {
+        }
+        fail(e.what(), est, ": use fewer --tokens or --experts");
+      }
+      check_memory(E, M, N, K);
       d.offs = make_offsets(M, E, r, seed);
     } else {
       d.offs = {129, 384, 500};  // torchao's padded op-level case
@@ -217,6 +248,7 @@ int cmd_gemm(const Args& args) {
     if (E < 1) fail("--experts must be >= 1, got ", E);
     const std::int64_t N = vm["n"].as<std::int64_t>(), K = vm["k"].as<std::int64_t>();
     if (N <= 0 || K <= 0) fail("--n and --k must be positive, got N = ", N, ", K = ", K);
+    check_memory(E, M, N, K);
     d.A = generate({M, K}, dist, seed, kTensorA);
     d.W = generate({E, N, K}, dist, seed, kTensorW);
     d.grad_out = generate({M, N}, dist, seed, kTensorGradOut);
@@ -227,9 +259,9 @@ int cmd_gemm(const Args& args) {
 
   base.pad = resolve_padding(vm["pad"].as<std::string>(), d.offs, base.quant.block);
 
+  if (vm.count("inputs")) check_memory(E, M, N, K);
+
   // Block rules, checked before anything is printed so a bad case fails as one line.
-  bool any_quantized = false;
-  for (const ModeSpec& ms : modes) any_quantized = any_quantized || is_quantized(ms.mode);
   if (any_quantized) {
     const int B = base.quant.block;
     if (K % B != 0) {

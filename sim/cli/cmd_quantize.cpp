@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "reference/checked.hpp"
 #include "reference/quantize.hpp"
 #include "results/h5.hpp"
 #include "results/output_file.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/cli/flags.hpp"
 
 namespace fp8moe::cli {
 
@@ -99,7 +101,7 @@ int cmd_quantize(const Args& args) {
       ("dataset", po::value<std::string>()->required(), "dataset to quantize: float32, float16, or bf16 as uint16 "
                                                        "with attribute dtype=\"bfloat16\"")
       ("recipe", po::value<std::string>()->required(), "1x128, 128x1 or 128x128")
-      ("block", po::value<int>()->default_value(128), "block size: 64, 128 or 256")
+      ("block", po::value<std::int64_t>()->default_value(128), "block size: 64, 128 or 256")
       ("pow2-scales", po::bool_switch(), "round the scale multipliers down to powers of two")
       ("format", po::value<std::string>()->default_value("e4m3"), "e4m3 or e5m2")
       ("out", po::value<std::string>()->required(), "output HDF5 file (codes, scales and attributes)")
@@ -116,7 +118,7 @@ int cmd_quantize(const Args& args) {
     fail("unknown recipe '", recipe, "': use 1x128, 128x1 or 128x128");
   }
   QuantOptions opt;
-  opt.block = vm["block"].as<int>();
+  opt.block = static_cast<int>(int_flag(vm, "block", 1, kInt32Max));
   opt.pow2_scales = vm["pow2-scales"].as<bool>();
   opt.format = parse_format(vm["format"].as<std::string>());
   check_quant_options(opt);

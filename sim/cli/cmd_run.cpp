@@ -9,6 +9,8 @@
 #include "reference/groups.hpp"
 #include "sim/backend/backend.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/cli/flags.hpp"
+#include "sim/limits/limits.hpp"
 #include "sim/plans/layer_plan.hpp"
 #include "sim/rules/enumerate.hpp"
 #include "sim/runner/op_runner.hpp"
@@ -59,7 +61,7 @@ int cmd_run(const Args& args) {
       ("lhs", po::value<std::string>(), "op level: placements of the lhs (A or dOut), e.g. R or S(1),R")
       ("rhs", po::value<std::string>(), "op level: placements of the rhs (W, or A for wgrad), e.g. S(1)")
       ("plan", po::value<std::string>()->default_value("tp"), "layer level: single, dp, fsdp, tp, ep, fsdp+tp, dp+ep")
-      ("experts,E", po::value<int>()->default_value(2), "experts E")
+      ("experts,E", po::value<std::int64_t>()->default_value(2), "experts E")
       ("tokens,M", po::value<std::int64_t>()->default_value(256), "routed tokens M")
       ("n,N", po::value<std::int64_t>()->default_value(256), "op level: output features N")
       ("k,K", po::value<std::int64_t>()->default_value(256), "op level: input features K")
@@ -68,11 +70,11 @@ int cmd_run(const Args& args) {
       ("offs", po::value<std::string>(), "cumulative token offsets, e.g. 128,256 (default: routing)")
       ("routing", po::value<std::string>()->default_value("balanced"), "uniform, balanced or zipf:S")
       ("dist", po::value<std::string>()->default_value("normal"), "normal, uniform, student-t or outliers")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "data seed")
+      ("seed", po::value<std::string>()->default_value("0"), "data seed")
       ("mode", po::value<std::string>()->default_value("promote-fp32:cublas"),
        "exact, torchao-emulated, promote-fp32[:deepgemm|:cublas], bf16 or hp64")
       ("format", po::value<std::string>()->default_value("e4m3"), "e4m3 or e5m2")
-      ("block", po::value<int>()->default_value(128), "64, 128 or 256")
+      ("block", po::value<std::int64_t>()->default_value(128), "64, 128 or 256")
       ("pow2-scales", po::bool_switch(), "power-of-two scales")
       ("pad", po::value<std::string>()->default_value("auto"), "token-group padding: on, off or auto")
       ("reduce-order", po::value<std::string>()->default_value("ascending"), "ascending or ring")
@@ -95,24 +97,48 @@ int cmd_run(const Args& args) {
   GemmOptions g;
   parse_mode_label(vm["mode"].as<std::string>(), g);
   g.quant.format = parse_format(vm["format"].as<std::string>());
-  g.quant.block = vm["block"].as<int>();
+  g.quant.block = static_cast<int>(int_flag(vm, "block", 1, kInt32Max));
   g.quant.pow2_scales = vm["pow2-scales"].as<bool>();
   check_quant_options(g.quant);
   ReduceOptions reduce;
   reduce.order = parse_reduce_order(vm["reduce-order"].as<std::string>());
   reduce.dtype = parse_reduce_dtype(vm["reduce-dtype"].as<std::string>());
 
-  const int E = vm["experts"].as<int>();
+  const int E = static_cast<int>(int_flag(vm, "experts", 1, kMaxExperts));
   const std::int64_t M = vm["tokens"].as<std::int64_t>();
-  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  const std::uint64_t seed = seed_flag(vm);
   std::vector<std::int32_t> offs;
   if (vm.count("offs")) {
     offs = parse_int_list(vm["offs"].as<std::string>(), "--offs");
     check_offsets(offs, offs.back());
     if (static_cast<int>(offs.size()) != E) fail("--offs has ", offs.size(), " entries but --experts is ", E);
-  } else {
-    offs = make_offsets(M, E, parse_routing(vm["routing"].as<std::string>()), seed);
   }
+  // Sizes and memory before the routing (a loop over the tokens) and before any rank's tensors:
+  // every rank of the fake mesh lives in this process (issue 16 defect 4: --mesh dp=100000).
+  CaseSize size;
+  size.layer = level == "layer";
+  size.pass = level == "op" ? parse_pass(vm["pass"].as<std::string>()) : Pass::fwd;
+  size.world = mesh.world();
+  size.experts = E;
+  size.tokens = offs.empty() ? M : offs.back();
+  size.n = vm["n"].as<std::int64_t>();
+  size.k = vm["k"].as<std::int64_t>();
+  size.dim = vm["dim"].as<std::int64_t>();
+  size.hidden = vm["hidden"].as<std::int64_t>();
+  const std::string what = cat("this ", level, " case on mesh ", mesh.str(), " (E=", E, " M=", size.tokens, ")");
+  std::int64_t need = 0;
+  try {
+    need = host_memory_estimate(size);
+  } catch (const Error& e) {
+    fail(what, ": ", e.what(), ": use smaller --tokens and dims");
+  }
+  try {
+    check_token_offsets(size.tokens, E, g.quant.block, is_quantized(g.mode));
+  } catch (const Error& e) {
+    fail(e.what(), " (the case would need about ", format_bytes(need), "): use fewer --tokens or --experts");
+  }
+  if (!vm["list"].as<bool>()) require_host_memory(need, what, "use smaller --tokens and dims, or a smaller --mesh");
+  if (offs.empty()) offs = make_offsets(M, E, parse_routing(vm["routing"].as<std::string>()), seed);
   g.pad = resolve_padding(vm["pad"].as<std::string>(), offs, g.quant.block);
 
   OpShape shape;

@@ -1,7 +1,6 @@
 #include "sim/comm/fake_communicator.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "reference/error.hpp"
 #include "sim/mesh/placement.hpp"
@@ -16,7 +15,9 @@ void FakeCommunicator::all_gather(const Group& g, std::span<const ConstBytes> se
   for (std::size_t j = 0; j < g.size(); ++j) {
     std::size_t off = 0;
     for (const ConstBytes& s : send) {
-      std::memcpy(recv[j].data() + off, s.data(), s.size());
+      // std::copy, not memcpy: an empty shard's span may hold a null pointer, which memcpy may
+      // not be given even for zero bytes (UBSan, issue 16 defect 8).
+      std::copy(s.begin(), s.end(), recv[j].begin() + static_cast<std::ptrdiff_t>(off));
       off += s.size();
     }
   }
@@ -27,7 +28,7 @@ void FakeCommunicator::all_to_all(const Group& g, const std::vector<std::vector<
                                   const std::vector<std::vector<Bytes>>& recv) {
   check_all_to_all(g, send, recv);
   for (std::size_t i = 0; i < g.size(); ++i) {
-    for (std::size_t j = 0; j < g.size(); ++j) std::memcpy(recv[j][i].data(), send[i][j].data(), send[i][j].size());
+    for (std::size_t j = 0; j < g.size(); ++j) std::copy(send[i][j].begin(), send[i][j].end(), recv[j][i].begin());
   }
   book_all_to_all(stats_, g, send);
 }
@@ -36,7 +37,7 @@ void FakeCommunicator::broadcast(const Group& g, int root_pos, std::span<const B
   const std::size_t bytes = check_broadcast(g, root_pos, bufs);
   const Bytes& root = bufs[static_cast<std::size_t>(root_pos)];
   for (std::size_t j = 0; j < g.size(); ++j) {
-    if (static_cast<int>(j) != root_pos) std::memcpy(bufs[j].data(), root.data(), bytes);
+    if (static_cast<int>(j) != root_pos) std::copy(root.begin(), root.begin() + static_cast<std::ptrdiff_t>(bytes), bufs[j].begin());
   }
   book_broadcast(stats_, g, root_pos, bytes);
 }

@@ -143,7 +143,8 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
         std::size_t off = 0;
         for (std::size_t i = 0; i < n; ++i) {
           TensorF piece(box_shape(in_box[i]));
-          std::memcpy(piece.data.data(), recv_store[j].data() + off, piece.numel() * sizeof(float));
+          // Guarded: an empty piece's vector has a null data(), which memcpy may not take (UBSan).
+          if (piece.numel() > 0) std::memcpy(piece.data.data(), recv_store[j].data() + off, piece.numel() * sizeof(float));
           off += piece.numel() * sizeof(float);
           copy_box(piece, in_box[i], mine, out_box[j], intersect(in_box[i], out_box[j]));
         }

@@ -4,18 +4,30 @@
 #include <sstream>
 
 #include "reference/error.hpp"
+#include "sim/limits/limits.hpp"
 
 namespace fp8moe::sim {
 
 Mesh::Mesh(std::vector<MeshDim> dims) : dims_(std::move(dims)) {
   std::set<std::string> seen;
-  world_ = 1;
+  if (static_cast<int>(dims_.size()) > kMaxMeshDims) {
+    fail("a mesh of ", dims_.size(), " dims exceeds the limit of ", kMaxMeshDims, " dims: use at most ", kMaxMeshDims,
+         " NAME=SIZE pairs");
+  }
+  // The world size in 64 bits against the limit: an int product wraps (dp=65536,tp=65536 is 2^32).
+  std::int64_t world = 1;
   for (const MeshDim& d : dims_) {
     if (d.size < 1) fail("mesh dim '", d.name, "' has size ", d.size, ": sizes must be >= 1");
     if (d.name.empty()) fail("mesh dims need names, e.g. dp=2,tp=2");
     if (!seen.insert(d.name).second) fail("mesh dim '", d.name, "' appears twice");
-    world_ *= d.size;
+    world *= d.size;  // each size <= kMaxWorld (parse) and the running product too: no overflow
+    if (world > kMaxWorld) {
+      std::string spec;
+      for (const MeshDim& x : dims_) spec += (spec.empty() ? "" : ",") + x.name + "=" + std::to_string(x.size);
+      fail("mesh '", spec, "' has more ranks than the limit ", kMaxWorld, ": use a smaller mesh");
+    }
   }
+  world_ = static_cast<int>(world);
 }
 
 Mesh Mesh::parse(const std::string& spec) {
@@ -30,13 +42,17 @@ Mesh Mesh::parse(const std::string& spec) {
     }
     MeshDim d;
     d.name = item.substr(0, eq);
+    long long size = 0;
     try {
       std::size_t used = 0;
-      d.size = std::stoi(item.substr(eq + 1), &used);
-      if (used != item.size() - eq - 1) throw std::invalid_argument(item);
+      size = std::stoll(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1 || size < 1) throw std::invalid_argument(item);
     } catch (const std::exception&) {
       fail("bad mesh size in '", item, "' of '", spec, "': the size must be a positive integer, e.g. tp=2");
     }
+    // Range-checked in 64 bits before it narrows to int (tp=4294967298 must not run as tp=2).
+    if (size > kMaxWorld) fail("mesh size ", item, " in '", spec, "' exceeds the limit of ", kMaxWorld, " ranks: use a smaller mesh");
+    d.size = static_cast<int>(size);
     dims.push_back(d);
   }
   return Mesh(dims);

@@ -21,6 +21,7 @@
 #include "scenarios/expand.hpp"
 #include "sim/backend/cuda_backend.hpp"
 #include "sim/comm/runtime.hpp"
+#include "sim/limits/limits.hpp"
 #include "sim/sweep/provenance.hpp"
 #include "sim/sweep/run_case.hpp"
 #include "sim/sweep/save.hpp"
@@ -179,20 +180,9 @@ void check_memory(const std::vector<Case>& cases, MeshKind kind) {
 
 }  // namespace
 
-std::int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
-}
-
 int list_cases(const std::vector<std::string>& files, const std::string& only, const std::string& backend) {
   const auto loaded = load_files(files);
-  const scenarios::Expansion ex = scenarios::expand(loaded, {only, backend});
+  const scenarios::Expansion ex = scenarios::expand(loaded, {only, backend, available_memory()});
   std::vector<CaseRow> hints;
   for (const Case& c : ex.cases) hints.push_back(case_row_template(c));
   std::vector<std::vector<std::string>> cells{{"id", "scenario", "level", "mesh", "plan", "pass", "mode", "backend", "status", "why / key"}};
@@ -378,7 +368,7 @@ int run_sweep(const SweepOptions& opt_in) {
   std::size_t launch_rejected = 0, other_shards = 0;
   std::string launch_why;
   agreed(*rt, "before it started", [&] {
-    ex = scenarios::expand(files, {opt.only, opt.backend});
+    ex = scenarios::expand(files, {opt.only, opt.backend, available_memory()});
     for (Case& c : ex.cases) {
       if (!c.rejected.empty()) continue;
       const std::string why = rt->cannot_run(Mesh::parse(c.mesh));

@@ -39,7 +39,4 @@ int run_sweep(const SweepOptions& opt);
 // `fp8moe list`: the expanded cases of the files, runnable and rejected with the reason.
 int list_cases(const std::vector<std::string>& files, const std::string& only, const std::string& backend);
 
-// The memory the machine can give a case (MemAvailable), in bytes.
-std::int64_t available_memory();
-
 }  // namespace fp8moe::sim

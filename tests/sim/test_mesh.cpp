@@ -15,7 +15,8 @@ using namespace fp8moe::sim;
 namespace {
 
 bool bitwise_equal(const TensorF& a, const TensorF& b) {
-  return a.shape == b.shape && std::memcmp(a.ptr(), b.ptr(), a.numel() * sizeof(float)) == 0;
+  // An empty tensor's ptr() may be null, which memcmp may not take even for zero bytes (UBSan).
+  return a.shape == b.shape && (a.numel() == 0 || std::memcmp(a.ptr(), b.ptr(), a.numel() * sizeof(float)) == 0);
 }
 
 }  // namespace

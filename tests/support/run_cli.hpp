@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -39,6 +40,26 @@ inline Run run_cli(const std::string& command, const std::string& args, bool std
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
   const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The same under coreutils' `timeout` (SIGKILL after `seconds`, exit 137): a command that used to
+// hang fails its test instead of outliving it, and `seconds` is the measured wall time.
+struct TimedRun : Run {
+  double seconds = 0;
+};
+inline TimedRun run_cli_within(int limit_s, const std::string& command, const std::string& args) {
+  const std::string cmd = "timeout -s KILL " + std::to_string(limit_s) + " " + quote(FP8MOE_BIN) + " " + command + " " +
+                          args + " 2>&1";
+  TimedRun r;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
