@@ -23,8 +23,9 @@
 //                                      cublas    y = fma(fl(P*s_lhs), s_rhs, y)
 // with s_lhs the scale of the operand torch._scaled_mm calls mat1 (fp8moe's lhs).
 // cuBLASLt's split-K (numSplitsK = S > 1): the K blocks are cut into runs of
-// q = 4 * ceil(KB / (4 S)) blocks, each run promoted from +0, the runs' results added in order in
-// fp32 (((y0 + y1) + y2) + ...; an empty trailing run adds +0).
+// q = u * ceil(KB / (u S)) blocks (u = 4 for act x weight, 1 for act x act: split_unit), each run
+// promoted from +0, the runs' results added in order in fp32 (((y0 + y1) + y2) + ...; an empty
+// trailing run adds +0).
 #include <cstdint>
 
 #include "reference/formats.hpp"
@@ -86,11 +87,13 @@ FP8MOE_HD std::int64_t split_run_blocks(std::int64_t kb, int s, int unit = 4) {
   const std::int64_t units = (kb + u * s - 1) / (u * s);
   return u * units;
 }
-// The run unit of a scale config, measured on the H200 (cuBLASLt 13.1): act x weight splits cut
-// whole units of 4 blocks (512 of K); act x act (wgrad) splits: kActActSplitUnit. `override` > 0
+// The run unit of a scale config, measured on the H200 (cuBLASLt 13.1, results/bench/
+// 2026-12-04-h200-hopper-tc-round3): act x weight splits cut whole units of 4 blocks (512 of K);
+// act x act (wgrad, contracted along tokens) splits cut single blocks, q = ceil(KB/S) (units of 2
+// and 4 fail where ceil(KB/S) is odd or not a multiple of 4: 67, 97, 134 blocks). `override` > 0
 // replaces it (GemmOptions::split_unit, for measuring other rules on a device).
 constexpr int kActWeightSplitUnit = 4;
-constexpr int kActActSplitUnit = 4;
+constexpr int kActActSplitUnit = 1;
 FP8MOE_HD int split_unit(ScaleConfig c, int override) {
   if (override > 0) return override;
   return c == ScaleConfig::act_act ? kActActSplitUnit : kActWeightSplitUnit;

@@ -108,11 +108,15 @@ TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is 
   CHECK(names[2] == "cuda-cublaslt");
   GemmOptions opt;  // promote-fp32/deepgemm, e4m3, block 128, bf16
   CHECK(sim::backend_unsupported("cuda-simt", opt).empty());
-  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("--promotion cublas") != std::string::npos);
+  // cuBLASLt is held to the model of what it computes: hopper-tc:cublas, nothing else
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("use mode hopper-tc:cublas") != std::string::npos);
   opt.promotion = Promotion::cublas;
+  CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("use mode hopper-tc:cublas") != std::string::npos);
+  opt.mode = Mode::hopper_tc;
   CHECK(sim::backend_unsupported("cuda-cublaslt", opt).empty());
   opt.quant.block = 64;
   CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("block 64") != std::string::npos);
+  opt.mode = Mode::promote_fp32;
   CHECK(sim::backend_unsupported("cuda-simt", opt).empty());
   for (Mode m : {Mode::bf16, Mode::exact, Mode::torchao_emulated}) {
     opt.mode = m;

@@ -81,12 +81,14 @@ inline float oracle_tc_block(const std::uint8_t* a, std::int64_t as, const std::
 namespace fp8moe::test {
 
 // One output element of hopper-tc: block partials from the oracle step, promoted in K order, in
-// cuBLASLt's split-K runs when splits > 1 (runs of 4*ceil(KB/(4*splits)) blocks, each from +0,
-// added in run order; empty trailing runs add +0).
+// cuBLASLt's split-K runs when splits > 1 (measured: runs of 4*ceil(KB/(4*splits)) blocks for act x
+// weight, ceil(KB/splits) for act x act; each from +0, added in run order; empty trailing runs
+// add +0).
 inline float oracle_hopper_element(const DenseQ& L, std::int64_t i, const DenseQ& R, std::int64_t j, int B,
                                    Fp8Format f, bool act_act, bool cublas, int splits = 1) {
   const std::int64_t kb = L.kc / B;
-  const std::int64_t q = splits <= 1 ? kb : 4 * ((kb + 4 * splits - 1) / (4 * splits));
+  const std::int64_t u = act_act ? 1 : 4;
+  const std::int64_t q = splits <= 1 ? kb : u * ((kb + u * splits - 1) / (u * splits));
   float total = 0.0f;
   for (int s = 0; s < std::max(splits, 1); ++s) {
     float run = 0.0f;

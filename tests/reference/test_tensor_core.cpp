@@ -244,6 +244,57 @@ TEST_CASE("the block partial chains B/32 steps from +0; split-K runs cut whole u
   CHECK(split_run_blocks(4, 2) == 4);     // one run of 4, one empty
   CHECK(split_run_blocks(4, 8) == 4);
   CHECK(split_run_blocks(40, 4) == 12);   // ceil(40/4) = 10 -> 12: [0,12) [12,24) [24,36) [36,40)
+  // act x act (wgrad) cuts single blocks: 67 blocks in 3 splits are runs of 23, 23, 21
+  CHECK(split_unit(ScaleConfig::act_act, 0) == 1);
+  CHECK(split_unit(ScaleConfig::act_weight, 0) == 4);
+  CHECK(split_unit(ScaleConfig::act_act, 2) == 2);
+  CHECK(split_run_blocks(67, 3, split_unit(ScaleConfig::act_act, 0)) == 23);
+  CHECK(split_run_blocks(67, 3, split_unit(ScaleConfig::act_weight, 0)) == 24);
+  CHECK(split_run_blocks(134, 6, 1) == 23);
+}
+
+TEST_CASE("hopper-tc wgrad (act x act) split runs of single blocks equal the oracle") {
+  const std::uint64_t seed = test::seed_for(1506);
+  CAPTURE(seed);
+  // one expert of 67 blocks of tokens (8576): S = 3 cuts 23, 23, 21 here, 24, 24, 19 by units of 4
+  const std::int64_t N = 128, K = 128, M = 8576;
+  const std::vector<std::int32_t> offs{static_cast<std::int32_t>(M)};
+  const TensorF G = test::random_tensor({M, N}, seed, kTensorGradOut);
+  const TensorF A = test::random_tensor({M, K}, seed, kTensorA);
+  QuantOptions qo;
+  const Quantized gq = quantize_kgrouped_lhs(G, offs, qo), aq = quantize_kgrouped_rhs(A, offs, qo);
+  GemmOptions o;
+  o.mode = Mode::hopper_tc;
+  o.promotion = Promotion::cublas;
+  o.out = OutDtype::fp32;
+  o.split_k = {3};
+  const TensorD y = grouped_wgrad_q(gq, aq, offs, o);
+  test::DenseQ L, R;
+  L.rows = N;
+  R.rows = K;
+  L.kc = R.kc = M;
+  for (std::int64_t n = 0; n < N; ++n) {
+    for (std::int64_t t = 0; t < M; ++t) {
+      L.code.push_back(gq.codes(n, t));
+      L.s_inv.push_back(gq.scale_at(0, n, t));
+    }
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    for (std::int64_t t = 0; t < M; ++t) {
+      R.code.push_back(aq.codes(t, k));
+      R.s_inv.push_back(aq.scale_at(0, t, k));
+    }
+  }
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < N; i += 7) {  // a sample of rows: the oracle is slow
+    for (std::int64_t j = 0; j < K; ++j) {
+      if (y(0, i, j) != static_cast<double>(test::oracle_hopper_element(L, i, R, j, 128, kE4, true, true, 3))) ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  GemmOptions by4 = o;
+  by4.split_unit = 4;  // the act x weight rule gives other numbers here
+  CHECK(grouped_wgrad_q(gq, aq, offs, by4).data != y.data);
 }
 
 TEST_CASE("hopper-tc passes with cuBLASLt's split-K runs equal the oracle, and splits change numbers") {
