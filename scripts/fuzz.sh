@@ -7,7 +7,8 @@
 # build-fuzz/artifacts/ and its path printed (reproduce: build-fuzz/bin/TARGET PATH). The corpus
 # grows in build-fuzz/corpus/TARGET between runs.
 #   scripts/fuzz.sh [SECONDS per target = 60]
-# Prints one line per target: executions, corpus size, result.
+# Prints one line per target: executions, corpus size, result. From an empty build-fuzz, 60 s per
+# target took 160 s here (load average about 3.5), the build most of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
