@@ -6,12 +6,17 @@
 # an out-of-memory or an input slower than 10 s fails the script; the input is saved under
 # build-fuzz/artifacts/ and its path printed (reproduce: build-fuzz/bin/TARGET PATH). The corpus
 # grows in build-fuzz/corpus/TARGET between runs.
-#   scripts/fuzz.sh [SECONDS per target = 60]
+#   scripts/fuzz.sh [SECONDS per target = 60] [TARGET...= both]
+# .ci/run gates on fuzz_scenario only: fuzz_results still finds the three libhdf5 failures on
+# corrupted variable-length strings recorded in tests/fuzz/findings/ (issue 16, open).
 # Prints one line per target: executions, corpus size, result. From an empty build-fuzz, 60 s per
 # target took 160 s here (load average about 3.5), the build most of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(fuzz_scenario fuzz_results)
 dir=${FP8MOE_FUZZ_DIR:-build-fuzz}
 jobs=${FP8MOE_JOBS:-$(nproc)}
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 2; }
@@ -22,12 +27,12 @@ cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMA
   -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" -DCMAKE_CXX_FLAGS_FUZZ="-O1 -g -march=x86-64-v3" \
   -DCMAKE_C_FLAGS_FUZZ="-O1 -g" -DFP8MOE_ENABLE_CUDA=OFF -DFP8MOE_ENABLE_MPI=OFF -DFP8MOE_BUILD_TESTS=OFF \
   -DFP8MOE_BUILD_FUZZERS=ON >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 2; }
-cmake --build "$dir" -j "$jobs" --target fuzz_scenario fuzz_results >&2
+cmake --build "$dir" -j "$jobs" --target "${targets[@]}" >&2
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=0
-for target in fuzz_scenario fuzz_results; do
+for target in "${targets[@]}"; do
   case $target in
     fuzz_scenario) seeds=(scenarios/*.ini) ;;
     fuzz_results) seeds=(results/baselines/*.h5) ;;
