@@ -46,7 +46,7 @@ CASE_COLUMNS = ("case_id", "case_key", "scenario", "level", "mesh", "world", "pl
                 "seed", "fsdp_gather", "reduce_dtype", "reduce_order", "fp8_dispatch", "lr",
                 "sqnr_db", "sqnr_vs_single_db", "rel_err", "max_abs_err", "max_ulp",
                 "bitwise_equal_frac", "block_aligned", "underflow_frac", "saturated_frac",
-                "nonfinite", "comm_bytes", "time_ms", "status", "message")
+                "nonfinite", "comm_bytes", "time_ms", "status", "message", "split_k")
 _GATE_KEYS = ("description", "expect", "metric", "min_db")
 _TRIM = " \t\r"  # scenarios/scenario.cpp's trim
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?0[xX][0-9a-fA-F.]+([pP][+-]?\d+)?")
@@ -76,6 +76,7 @@ class Gate:
     where: str = ""              # "gates.ini:12": the section header
     match: tuple = ()            # GateMatch, every one must hold; none: every row
     expect_bitwise: bool = False
+    expect_identical: bool = False  # identical to a baseline run's row (fp8moe gate --baseline)
     metric: str = ""             # a floor: sqnr_db (vs hp64) or sqnr_vs_single_db
     min_db: float = math.nan
 
@@ -162,10 +163,10 @@ def _gate(section, items, base, line, key_line) -> Gate:
         if key == "description":
             fields["description"] = value
         elif key == "expect":
-            if value != "bitwise":
-                raise GatesFileError(f"{at}: expect = {value}: the only expectation is bitwise "
-                                     "(or give metric and min_db)")
-            fields["expect_bitwise"] = True
+            if value not in ("bitwise", "identical"):
+                raise GatesFileError(f"{at}: expect = {value}: expect bitwise (to the single device) or "
+                                     "identical (to the baseline run), or give metric and min_db")
+            fields["expect_bitwise" if value == "bitwise" else "expect_identical"] = True
         elif key == "metric":
             if value not in GATE_METRICS:
                 raise GatesFileError(f"{at}: metric = {value}: use sqnr_db (vs hp64) or sqnr_vs_single_db "
@@ -187,10 +188,10 @@ def _gate(section, items, base, line, key_line) -> Gate:
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             raise GatesFileError(f"{at}: unknown key '{key}'{hint}: a gate takes description, expect, metric, "
                                  "min_db and columns of the cases table")
-    bitwise = fields.get("expect_bitwise", False)
+    bitwise = fields.get("expect_bitwise", False) or fields.get("expect_identical", False)
     if bitwise == bool(fields.get("metric") or has_min):
-        raise GatesFileError(f"{where}: gate {fields['name']}: give either expect = bitwise or metric and "
-                             "min_db")
+        raise GatesFileError(f"{where}: gate {fields['name']}: give either expect = bitwise|identical or metric "
+                             "and min_db")
     if not bitwise and not (fields.get("metric") and has_min):
         raise GatesFileError(f"{where}: gate {fields['name']}: give both metric and min_db")
     fields["match"] = tuple(fields["match"])
@@ -290,6 +291,9 @@ def check(df: pd.DataFrame, gates=None) -> Verdict:
     bitwise = identity_holds(df)
     unmet = np.zeros((len(df), len(gates)), dtype=bool)
     for j, g in enumerate(gates):
+        if g.expect_identical:  # needs a baseline run, which a table alone is not: as fp8moe gate without one
+            unmet[:, j] = True
+            continue
         with np.errstate(invalid="ignore"):
             unmet[:, j] = ~bitwise if g.expect_bitwise else ~(df[g.metric].astype(float).to_numpy() >= g.min_db)
     return Verdict(gates, match_matrix(df, gates), unmet, (df["status"] == "error").to_numpy())
@@ -311,7 +315,9 @@ def gate_failures(df: pd.DataFrame, gates=None) -> pd.DataFrame:
             out.append({**key, "gate": "status", "message": f"the case failed to run: {r['message']}",
                         "row": idx})
         for g in (v.gates[j] for j in np.flatnonzero(v.failed[i])):
-            if g.expect_bitwise:
+            if g.expect_identical:
+                msg = f"gate {g.name} is an identity against a baseline run: give --baseline (e.g. results/baselines/ci.h5)"
+            elif g.expect_bitwise:
                 msg = (f"expected bitwise equal to the single device, got {float(r['bitwise_equal_frac']):.4f}"
                        f" of elements equal, sqnr_vs_single {_db(float(r['sqnr_vs_single_db']))} dB")
             else:
@@ -342,7 +348,7 @@ def gate_columns(df: pd.DataFrame, gates=None) -> pd.DataFrame:
     bitwise gates it matches, None where none), identity_ok, gate_fail (the gates it fails as
     `fp8moe gate` reports them, `status` for a case that threw; '' when it passes)."""
     v = check(df, gates)
-    floor = np.array([not g.expect_bitwise for g in v.gates], dtype=bool)
+    floor = np.array([not (g.expect_bitwise or g.expect_identical) for g in v.gates], dtype=bool)
     out = pd.DataFrame(index=df.index)
     for metric, col in (("sqnr_db", "floor_db"), ("sqnr_vs_single_db", "floor_single_db")):
         on = v.matched & np.array([g.metric == metric for g in v.gates], dtype=bool)
@@ -366,7 +372,8 @@ def floors_table(gates=None) -> pd.DataFrame:
     rows = []
     for g in gates:
         keys = {c: "; ".join(m.text for m in g.match if m.column == c) for c in used}
-        rows.append({"name": g.name, "kind": "bitwise" if g.expect_bitwise else "floor",
+        kind = "bitwise" if g.expect_bitwise else "identical" if g.expect_identical else "floor"
+        rows.append({"name": g.name, "kind": kind,
                      "metric": g.metric or "bitwise_equal_frac == 1, sqnr_vs_single_db == inf",
                      "min_db": g.min_db, **keys, "description": g.description, "where": g.where})
     return pd.DataFrame(rows, columns=["name", "kind", "metric", "min_db", *used, "description", "where"])
@@ -380,7 +387,7 @@ def floors_for(row, gates=None) -> list:
     """The floor gates (not the bitwise ones) one row (a Series or dict) matches."""
     gates = as_gates(gates)
     m = match_matrix(_one(row), gates)[0]
-    return [g for g, hit in zip(gates, m) if hit and not g.expect_bitwise]
+    return [g for g, hit in zip(gates, m) if hit and not (g.expect_bitwise or g.expect_identical)]
 
 
 def floor_for(row, metric: str = "sqnr_db", gates=None) -> float:

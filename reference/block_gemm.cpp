@@ -21,6 +21,7 @@
 #include "reference/block_gemm_tc.hpp"
 #include "reference/block_partial.hpp"
 #include "reference/gemm.hpp"
+#include "reference/tile_schedule.hpp"
 
 namespace fp8moe {
 namespace {
@@ -354,21 +355,8 @@ void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
   auto kernel = wide ? micro_kernel_avx512 : micro_kernel_avx2;
   const int B = opt.quant.block;
   const std::size_t n = tasks.size();
-  // Macro-tiles: kMC rows x nc_tile cols; narrower column tiles when there are too few tiles to
-  // keep every thread busy.
-  auto count_tiles = [&](std::int64_t nc) {
-    std::int64_t t = 0;
-    for (const GemmTask& g : tasks) t += ((g.L.rows + kMC - 1) / kMC) * ((g.R.rows + nc - 1) / nc);
-    return t;
-  };
-  std::int64_t nc_tile = kNC;
-  while (nc_tile > 2 * nr && count_tiles(nc_tile) < 2 * omp_get_max_threads()) nc_tile /= 2;
-  // Tile index ranges per task, for one flat dynamic loop over all of them.
-  std::vector<std::int64_t> first_tile(n + 1, 0), nt(n);
-  for (std::size_t t = 0; t < n; ++t) {
-    nt[t] = (tasks[t].R.rows + nc_tile - 1) / nc_tile;
-    first_tile[t + 1] = first_tile[t] + ((tasks[t].L.rows + kMC - 1) / kMC) * nt[t];
-  }
+  const TileSchedule sched = plan_tiles(tasks, kMC, kNC, nr);
+  const std::int64_t nc_tile = sched.nc_tile;
   // Per calling thread and reused across calls: large first-touch allocations per GEMM cost
   // page faults comparable to the arithmetic of a small expert.
   thread_local std::vector<Packed> tl_lp, tl_rp;
@@ -392,16 +380,15 @@ void block_gemm_fast(std::span<const GemmTask> tasks, const GemmOptions& opt) {
     std::vector<float> acc_f(static_cast<std::size_t>(kMC * nc_tile));
     alignas(64) double P[kMRMax * kNRMax];
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t tile = 0; tile < first_tile[n]; ++tile) {
-      const std::size_t t = static_cast<std::size_t>(
-          std::upper_bound(first_tile.begin(), first_tile.end(), tile) - first_tile.begin() - 1);
+    for (std::int64_t tile = 0; tile < sched.tiles(); ++tile) {
+      const std::size_t t = sched.task_of(tile);
       const GemmTask& g = tasks[t];
       const Combine cmb{opt.mode, opt.promotion, scale_config(g.L, g.R)};
       const int kind = opt.mode == Mode::exact ? 0 : cmb.p_times_sa() ? 2 : 1;
       const Packed& l = lp[t];
       const Packed& r = rp[t];
-      const std::int64_t local = tile - first_tile[t], nkb = g.kc / B;
-      const std::int64_t i0 = local / nt[t] * kMC, j0 = local % nt[t] * nc_tile;
+      const std::int64_t nkb = g.kc / B;
+      const std::int64_t i0 = sched.row0(t, tile), j0 = sched.col0(t, tile);
       const int mc = static_cast<int>(std::min<std::int64_t>(kMC, g.L.rows - i0));
       const int nc = static_cast<int>(std::min<std::int64_t>(nc_tile, g.R.rows - j0));
       std::fill(acc_d.begin(), acc_d.end(), 0.0);

@@ -25,6 +25,7 @@
 //   S = 0 gives +0, as tc_step does.
 // Non-finite codes take the scalar path (the caller does it: block_gemm_tc.hpp).
 #include "reference/block_gemm_tc.hpp"
+#include "reference/tile_schedule.hpp"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -273,19 +274,8 @@ std::vector<std::size_t> block_gemm_tc(std::span<const GemmTask> tasks, const Ge
   const bool wide = isa == TcIsa::avx512 || (isa == TcIsa::best && tc_have_avx512());
   const int nr = wide ? kNR512 : kNR256, mr = wide ? kMR512 : kMR256;
   const TcKernel kernel = wide ? tc_kernel_avx512 : tc_kernel_avx2;
-  // Macro-tiles of kMC rows x nc_tile columns, narrower when too few to keep every thread busy.
-  auto count_tiles = [&](std::int64_t nc) {
-    std::int64_t c = 0;
-    for (const GemmTask& g : tasks) c += ((g.L.rows + kMC - 1) / kMC) * ((g.R.rows + nc - 1) / nc);
-    return c;
-  };
-  std::int64_t nc_tile = kNC;
-  while (nc_tile > 2 * nr && count_tiles(nc_tile) < 2 * omp_get_max_threads()) nc_tile /= 2;
-  std::vector<std::int64_t> first_tile(n + 1, 0), nt(n);
-  for (std::size_t t = 0; t < n; ++t) {
-    nt[t] = (tasks[t].R.rows + nc_tile - 1) / nc_tile;
-    first_tile[t + 1] = first_tile[t] + ((tasks[t].L.rows + kMC - 1) / kMC) * nt[t];
-  }
+  const TileSchedule sched = plan_tiles(tasks, kMC, kNC, nr);
+  const std::int64_t nc_tile = sched.nc_tile;
   // Per calling thread and reused across calls (first-touch page faults cost as much as a small
   // expert's arithmetic), as in block_gemm.cpp's fast path.
   thread_local std::vector<TcPacked> tl_lp, tl_rp;
@@ -309,17 +299,16 @@ std::vector<std::size_t> block_gemm_tc(std::span<const GemmTask> tasks, const Ge
     // (kMC, nc_tile): the call's total and, for split runs after the first, the current run
     std::vector<float> tot(static_cast<std::size_t>(kMC * nc_tile)), run(tot.size());
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t tile = 0; tile < first_tile[n]; ++tile) {
-      const std::size_t t = static_cast<std::size_t>(
-          std::upper_bound(first_tile.begin(), first_tile.end(), tile) - first_tile.begin() - 1);
+    for (std::int64_t tile = 0; tile < sched.tiles(); ++tile) {
+      const std::size_t t = sched.task_of(tile);
       if (nan[t]) continue;
       const GemmTask& g = tasks[t];
       const TcPacked& l = lp[t];
       const TcPacked& r = rp[t];
       const bool p_times_sa = opt.promotion == Promotion::cublas && scale_config(g.L, g.R) == ScaleConfig::act_act;
       const int kind = p_times_sa ? 2 : 1;
-      const std::int64_t local = tile - first_tile[t], nkb = g.kc / B;
-      const std::int64_t i0 = local / nt[t] * kMC, j0 = local % nt[t] * nc_tile;
+      const std::int64_t nkb = g.kc / B;
+      const std::int64_t i0 = sched.row0(t, tile), j0 = sched.col0(t, tile);
       const int mc = static_cast<int>(std::min<std::int64_t>(kMC, g.L.rows - i0));
       const int nc = static_cast<int>(std::min<std::int64_t>(nc_tile, g.R.rows - j0));
       // cuBLASLt's split-K runs (tensor_core.hpp): each promoted from +0, then added in order.

@@ -65,8 +65,10 @@ if [[ $what == all || $what == sweeps ]]; then
     step sweeps "$bin/fp8moe" compare "$base" "$res/ci_$name.h5" --identical
   done
   step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --mesh fake-gpu --out "$res/ci_cublaslt.h5" --force -q
-  step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5"
-  step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5"
+  # cuBLASLt against its bit-exact model: the identity gate cublaslt_is_hopper_tc against the CPU
+  # baseline's hopper-tc:cublas rows (and the floors)
+  step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5" --baseline "$base"
+  step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5" --identical
   # The real multi-process mesh on this host's CPUs (when the image has Open MPI and the pack has
   # fp8moe-mpi): 4 ranks, bitwise the CPU baseline, as the CI test comm.mpi_sweep checks.
   if [[ -f $bin/fp8moe-mpi ]] && command -v mpirun >/dev/null; then

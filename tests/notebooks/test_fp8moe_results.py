@@ -318,7 +318,7 @@ expect = bitwise
                 ("[gate.g]\nmetric = sqnr_db\nmin_db = inf\n", r"min_db = inf"),
                 ("[gate.g]\nmetric = sqnr_db\nmin_db = 1_000\n", r"min_db = 1_000"),
                 ("[gate.g]\nmetric = sqnr_db\n", r"give both metric and min_db"),
-                ("[gate.g]\nlevel = op\n", r"give either expect = bitwise or metric and min_db"),
+                ("[gate.g]\nlevel = op\n", r"give either expect = bitwise\|identical or metric and min_db"),
                 ("[gate.g]\nexpect = bitwise\nmin_db = 3\n", r"give either"),
                 (ok + "mode = exact;;bf16\n", r"mode has an empty entry"),
                 (ok + "mode =\n", r"key 'mode' has no value"),

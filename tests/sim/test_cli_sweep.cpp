@@ -199,6 +199,28 @@ TEST_CASE("gate fails a floor no run meets, and a baseline drop, naming case, va
   CHECK(same.rc == 0);
 }
 
+TEST_CASE("an `expect = identical` gate holds a row to the baseline's row of the same case, and asks for one") {
+  const std::string gates = write("identity_gates.ini",
+                                  "[gate.same]\ndescription = the reference against itself\nbackend = reference\n"
+                                  "mode = !hp64\nexpect = identical\n");
+  const Run none = cli("gate", quote(small_run()) + " --gates " + quote(gates));
+  CAPTURE(none.output);
+  CHECK(none.rc == 1);
+  CHECK(has(none, "is an identity against a baseline run: give --baseline"));
+  const Run self = cli("gate", quote(small_run()) + " --gates " + quote(gates) + " --baseline " + quote(small_run()));
+  CAPTURE(self.output);
+  CHECK(self.rc == 0);
+  CHECK(has(self, "-> PASS"));
+  const Run other = cli("gate", quote(small_run()) + " --gates " + quote(gates) + " --baseline " + quote(other_seed_run()));
+  CAPTURE(other.output);
+  CHECK(other.rc == 1);
+  CHECK(has(other, "no row of this case in the baseline"));
+  const Run bad = cli("gate", quote(small_run()) + " --gates " +
+                                  quote(write("bad_identity.ini", "[gate.x]\nexpect = same\n")));
+  CHECK(bad.rc == 2);
+  CHECK(has(bad, "expect bitwise (to the single device) or identical (to the baseline run)"));
+}
+
 TEST_CASE("report: table, csv and markdown, grouped") {
   for (const char* f : {"table", "csv", "markdown"}) {
     const Run r = cli("report", quote(small_run()) + " --format " + f);
