@@ -45,6 +45,9 @@ class Backend {
   // cuBLASLt's numSplitsK per expert of the last quantized pass (empty for backends that do not
   // run cuBLASLt): GemmOptions::split_k for hopper-tc/cublas to model that call bit for bit.
   virtual std::vector<std::int32_t> last_split_k() const { return {}; }
+  // The algorithms cuBLASLt ran in the last quantized pass, one "e<expert>: algo A tile T splits S
+  // reduction R" per call (empty for other backends): what a log needs to explain a split.
+  virtual std::string last_algorithms() const { return {}; }
   // Every split count seen since the last call (ascending, distinct): the results' split_k.
   virtual std::vector<std::int32_t> take_splits_seen() { return {}; }
 };

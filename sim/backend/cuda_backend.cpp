@@ -164,6 +164,7 @@ class CudaBackend final : public Backend {
   }
 
   std::vector<std::int32_t> last_split_k() const override { return last_split_k_; }
+  std::string last_algorithms() const override { return last_algorithms_; }
   std::vector<std::int32_t> take_splits_seen() override {
     std::vector<std::int32_t> v(splits_seen_.begin(), splits_seen_.end());
     splits_seen_.clear();
@@ -220,6 +221,11 @@ class CudaBackend final : public Backend {
       case Pass::wgrad: lt_->wgrad(l, r, offs, opt, out); break;
     }
     last_split_k_ = lt_->last_split_k(offs.size());
+    last_algorithms_.clear();
+    for (const kernels::LtCall& c : lt_->last_calls()) {
+      last_algorithms_ += cat(last_algorithms_.empty() ? "" : "; ", "e", c.expert, ": algo ", c.algo_id, " tile ", c.tile_id,
+                              " splits ", c.splits, " reduction ", kernels::lt_reduction_name(c.reduction));
+    }
     const std::lock_guard<std::mutex> lock(g_splits_mutex);
     for (const kernels::LtCall& c : lt_->last_calls()) {
       splits_seen_.insert(c.splits);
@@ -297,6 +303,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<kernels::CublasLtGrouped> lt_;
   std::vector<std::int32_t> last_split_k_;
+  std::string last_algorithms_;
   std::set<std::int32_t> splits_seen_;
 };
 

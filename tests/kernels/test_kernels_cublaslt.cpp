@@ -99,6 +99,7 @@ double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c,
   bool split = false;
   for (const std::int32_t k : opt.split_k) split = split || k > 1;
   if (split) {
+    std::printf("  cuBLASLt ran: %s\n", lt.last_algorithms().c_str());
     // The run rule measured: the model with runs cut in units of 1, 2 and 4 blocks.
     std::printf("  split-run unit candidates (%s %s, K blocks per expert:", pass_name(p), out_dtype_name(out));
     std::int32_t s0 = 0;
