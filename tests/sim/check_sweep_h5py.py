@@ -117,7 +117,7 @@ for a in ("format", "schema_version", "tool_version", "git_sha", "host", "cpu", 
 columns = ("case_id case_key scenario level mesh world plan placements strategy pass tensor backend mode format "
            "block pow2_scales pad experts tokens n k dim hidden routing offs dist seed fsdp_gather reduce_dtype "
            "reduce_order fp8_dispatch lr sqnr_db sqnr_vs_single_db rel_err max_abs_err max_ulp bitwise_equal_frac "
-           "block_aligned underflow_frac saturated_frac nonfinite comm_bytes time_ms status message").split()
+           "block_aligned underflow_frac saturated_frac nonfinite comm_bytes time_ms status message split_k").split()
 check(list(ref.dtype.names) == columns, f"cases columns {ref.dtype.names}")
 check(len(ref) == len(ref_table), f"{len(ref)} rows in the file, {len(ref_table)} in the table")
 check(all(s == b"ok" for s in ref["status"]), "every row ok")

@@ -91,7 +91,7 @@ TEST_CASE("bad input: unknown key with the nearest valid key") {
 
 TEST_CASE("bad input: a bad value lists the allowed values") {
   bad_scenario("bad_mode", "[scenario.a]\nlevel = op\nmode = fp4\n",
-               "bad_mode.ini:3: mode = fp4: unknown mode 'fp4': use hp64, bf16, exact, torchao-emulated or promote-fp32");
+               "bad_mode.ini:3: mode = fp4: unknown mode 'fp4': use hp64, bf16, exact, torchao-emulated, promote-fp32 or hopper-tc");
   bad_scenario("bad_pad", "[scenario.a]\nlevel = op\npad = maybe\n", "bad_pad.ini:3: pad = maybe: use auto, on or off");
   bad_scenario("bad_seed", "[scenario.a]\nlevel = op\nseed = 5..2\n", "bad_seed.ini:3:");
 }
