@@ -329,8 +329,9 @@ TEST_CASE("hopper-tc grouped passes on quantized data equal the scalar path per 
       block_gemm_scalar(Lt, Ra, Me, y_w.data(), K, o, sp);
       const std::string ctx = fp8moe::cat("expert ", e, " ", promotion_name(p));
       INFO(ctx);
-      CHECK(std::memcmp(y_f.data(), fwd.ptr() + s * N, y_f.size() * sizeof(double)) == 0);
-      CHECK(std::memcmp(y_d.data(), dgrad.ptr() + s * K, y_d.size() * sizeof(double)) == 0);
+      // an empty expert has no rows: memcmp on its null data would be undefined
+      CHECK((y_f.empty() || std::memcmp(y_f.data(), fwd.ptr() + s * N, y_f.size() * sizeof(double)) == 0));
+      CHECK((y_d.empty() || std::memcmp(y_d.data(), dgrad.ptr() + s * K, y_d.size() * sizeof(double)) == 0));
       CHECK(std::memcmp(y_w.data(), wgrad.ptr() + e * N * K, y_w.size() * sizeof(double)) == 0);
       s = offs[static_cast<std::size_t>(e)];
     }
