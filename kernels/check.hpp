@@ -83,6 +83,12 @@ class DeviceBuffer {
   void zero() {
     if (n_ > 0) FP8MOE_CUDA_CHECK(cudaMemset(p_, 0, bytes()), n_, " elements");
   }
+  // Every byte 0xFF: a NaN in bf16, fp32 and fp64. An output buffer filled with it before a kernel
+  // or library call shows every element the call did not write as NaN, which no bitwise or SQNR
+  // check passes (a fresh cudaMalloc may instead hold a previous run's equal values).
+  void fill_sentinel() {
+    if (n_ > 0) FP8MOE_CUDA_CHECK(cudaMemset(p_, 0xFF, bytes()), n_, " elements");
+  }
 
  private:
   void release() noexcept {

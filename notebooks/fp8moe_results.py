@@ -30,7 +30,7 @@ from fp8moe_gates import (CASE_COLUMNS, DEFAULT_GATES, GATES_ENV, Gate, GateMatc
                           parse_gates)
 
 FORMAT = "fp8moe-sweep"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # schema 1 (variable-length string attributes) reads the same here
 UNQUANTIZED_MODES = ("hp64", "bf16")
 # Columns that describe a case (the rest are metrics); the order labels are built in.
 PARAM_COLUMNS = ("scenario", "level", "mesh", "world", "plan", "placements", "strategy", "backend",
@@ -75,7 +75,7 @@ def open_run(path) -> h5py.File:
         raise NotASweepResult(f"{path}: not an fp8moe sweep result ({what}, expected "
                               f"{FORMAT!r}; see results/SCHEMA.md)")
     version = _py(f.attrs.get("schema_version", None))
-    if version != SCHEMA_VERSION:
+    if version not in (1, SCHEMA_VERSION):
         warnings.warn(f"{path}: schema_version={version!r}, this helper reads {SCHEMA_VERSION}",
                       stacklevel=2)
     status = _py(f.attrs.get("status", None))

@@ -217,9 +217,11 @@ std::vector<std::string> Group::groups() const { return children(*this, H5I_GROU
 Group Group::create_group(const std::string& name) {
   const std::string what = cat("cannot create group '", display() == "/" ? name : display() + "/" + name, "'");
   if (exists(name)) fail(what, " in '", file_, "': the name exists already");
-  return Group(own(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, what, file_,
-                   "H5Gcreate2"),
-               file_, child_path(name));
+  Group g(own(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, what, file_,
+               "H5Gcreate2"),
+           file_, child_path(name));
+  g.fixed_strings_only_ = fixed_strings_only_;
+  return g;
 }
 
 Group Group::open_group(const std::string& name) const {
@@ -231,8 +233,9 @@ Group Group::open_group(const std::string& name) const {
          here.empty() ? std::string("there are no groups here") : "groups here: " + quoted_names(here), ")");
   }
   if (object_kind(id(), name) != H5I_GROUP) fail(what, " in '", file_, "': it is not a group");
-  return Group(own(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose, what, file_, "H5Gopen2"), file_,
-               child_path(name));
+  Group g(own(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), H5Gclose, what, file_, "H5Gopen2"), file_, child_path(name));
+  g.fixed_strings_only_ = fixed_strings_only_;
+  return g;
 }
 
 Dataset Group::open_dataset(const std::string& name) const {
@@ -244,8 +247,9 @@ Dataset Group::open_dataset(const std::string& name) const {
          here.empty() ? std::string("there are no datasets here") : "datasets here: " + quoted_names(here), ")");
   }
   if (object_kind(id(), name) != H5I_DATASET) fail(what, " in '", file_, "': it is a group, not a dataset");
-  return Dataset(own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, what, file_, "H5Dopen2"), file_,
-                 child_path(name));
+  Dataset d(own(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, what, file_, "H5Dopen2"), file_, child_path(name));
+  d.fixed_strings_only_ = fixed_strings_only_;
+  return d;
 }
 
 template <class T>
@@ -268,7 +272,9 @@ Dataset Group::write(const std::string& name, const Tensor<T>& t) {
   if (t.numel() > 0) {
     check(H5Dwrite(ds.get(), Types<T>::mem(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.ptr()), what, file_, "H5Dwrite");
   }
-  return Dataset(std::move(ds), file_, child_path(name));
+  Dataset d(std::move(ds), file_, child_path(name));
+  d.fixed_strings_only_ = fixed_strings_only_;
+  return d;
 }
 
 template Dataset Group::write(const std::string&, const Tensor<float>&);
@@ -409,7 +415,10 @@ template Tensor<std::int64_t> Dataset::read_exact() const;
 
 File File::create(const std::string& path) {
   init_library();
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Handle fapl = own(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create the file", path, "H5Pcreate");
+  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18), "cannot create the file", path,
+        "H5Pset_libver_bounds");
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (f < 0) {
     const Failure why = last_failure();
     if (why.err == ENOSPC || why.err == EDQUOT || why.err == EIO) fail_io("cannot create '", path, "': ", why.desc);

@@ -69,8 +69,10 @@ class Object {
 
   bool has_attr(const std::string& name) const;
   std::vector<std::string> attr_names() const;
-  // Writing replaces an existing attribute of that name. Strings are variable-length UTF-8 (h5py
-  // gives them back as str), integers int64, vectors 1-D int32.
+  // Writing replaces an existing attribute of that name. Strings are fixed-length UTF-8, NUL-padded
+  // to a multiple of 32 bytes (so a short status rewritten in place keeps its type; h5py gives them
+  // back as bytes), integers int64, vectors 1-D int32. No variable-length string is ever written:
+  // libhdf5 reads those from a global heap it does not validate (results/heap_guard.hpp).
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, const char* value) { set_attr(name, std::string(value)); }
   void set_attr(const std::string& name, double value);
@@ -78,7 +80,9 @@ class Object {
   void set_attr(const std::string& name, int value) { set_attr(name, static_cast<std::int64_t>(value)); }
   void set_attr(const std::string& name, const std::vector<std::int32_t>& value);
   // std::nullopt when absent; Error when present with a type that does not convert.
-  std::optional<std::string> attr_string(const std::string& name) const;   // fixed or variable length
+  // Fixed or variable length; variable-length is refused (Error naming the attribute) on objects of
+  // a file opened with File::refuse_variable_strings.
+  std::optional<std::string> attr_string(const std::string& name) const;
   std::optional<double> attr_double(const std::string& name) const;        // any float or integer scalar
   std::optional<std::int64_t> attr_int(const std::string& name) const;     // any integer scalar
   std::optional<std::vector<std::int32_t>> attr_i32_vector(const std::string& name) const;  // range-checked
@@ -89,10 +93,12 @@ class Object {
       : h_(std::move(h)), file_(std::move(file)), path_(std::move(path)) {}
   // "W" for a child of the root, "g/W" below it: how messages name objects.
   std::string display() const;
+  friend class Group;  // children inherit fixed_strings_only_
 
   Handle h_;
   std::string file_;
   std::string path_;
+  bool fixed_strings_only_ = false;
 };
 
 class Dataset : public Object {
@@ -145,7 +151,9 @@ std::string library_version();
 
 class File : public Group {
  public:
-  static File create(const std::string& path);  // truncates an existing file
+  // Truncates an existing file. Written in the HDF5 1.8 file format (object headers with
+  // checksums; attributes over 64 KiB, such as a stored scenario text, in dense storage).
+  static File create(const std::string& path);
   static File open(const std::string& path, bool writable = false);
 
   void flush();  // H5Fflush: what was written so far survives a killed writer (DESIGN.md 5)
@@ -157,6 +165,10 @@ class File : public Group {
   // the flush and could write half of the metadata over the last consistent state on disk. HDF5's
   // atexit handler is off (h5.cpp), so the leaked id does no harm at exit.
   void abandon() { h_.release(); }
+  // From now on attr_string refuses variable-length strings here and in every group and dataset
+  // opened from this file afterwards: for files that must not reach libhdf5's unchecked global-heap
+  // reads (fp8moe's sweep results, whose attributes are all fixed-length).
+  void refuse_variable_strings() { fixed_strings_only_ = true; }
   // The name messages use, after the file was renamed while open (PATH.tmp -> PATH).
   void set_name(const std::string& path) { file_ = path; }
 

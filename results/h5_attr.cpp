@@ -83,13 +83,18 @@ std::vector<std::string> Object::attr_names() const {
 
 void Object::set_attr(const std::string& name, const std::string& value) {
   const std::string what = cat("cannot write ", attr_label(name, display()));
-  // Variable-length UTF-8: h5py returns it as a Python str (a fixed-length one comes back as bytes).
+  // Fixed-length UTF-8, NUL-padded to a multiple of 32 bytes: "running" -> "complete" keeps the type,
+  // so write_attr overwrites in place. (A variable-length string would put the text in the global
+  // heap, which libhdf5 reads unchecked: see results/heap_guard.hpp.)
+  const std::size_t width = (value.size() / 32 + 1) * 32;
+  std::string padded = value;
+  padded.resize(width, '\0');
   Handle type = own(H5Tcopy(H5T_C_S1), H5Tclose, what, file_, "H5Tcopy");
-  check(H5Tset_size(type.get(), H5T_VARIABLE), what, file_, "H5Tset_size");
+  check(H5Tset_size(type.get(), width), what, file_, "H5Tset_size");
+  check(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), what, file_, "H5Tset_strpad");
   check(H5Tset_cset(type.get(), H5T_CSET_UTF8), what, file_, "H5Tset_cset");
   Handle space = own(H5Screate(H5S_SCALAR), H5Sclose, what, file_, "H5Screate");
-  const char* ptr = value.c_str();
-  write_attr(*this, name, display(), type.get(), space.get(), type.get(), &ptr);
+  write_attr(*this, name, display(), type.get(), space.get(), type.get(), padded.data());
 }
 
 void Object::set_attr(const std::string& name, double value) {
@@ -123,6 +128,12 @@ std::optional<std::string> Object::attr_string(const std::string& name) const {
   check(H5Tset_cset(mem.get(), H5Tget_cset(a->type.get())), what, file_, "H5Tset_cset");
   const int variable = check(H5Tis_variable_str(a->type.get()), what, file_, "H5Tis_variable_str");
   if (variable > 0) {
+    if (fixed_strings_only_) {
+      fail(attr_label(name, display()), " in '", file_, "' is a variable-length string, which this file must not hold: "
+           "libhdf5 reads those from a global heap it does not check, so a damaged one can crash fp8moe. fp8moe writes "
+           "fixed-length strings only (schema 2); a file written before (schema 1) must be rerun, and an attribute "
+           "added with h5py must be a fixed-length one (numpy.bytes_ or h5py.string_dtype(length=N))");
+    }
     check(H5Tset_size(mem.get(), H5T_VARIABLE), what, file_, "H5Tset_size");
     char* ptr = nullptr;
     check(H5Aread(a->attr.get(), mem.get(), &ptr), what, file_, "H5Aread");
@@ -132,6 +143,11 @@ std::optional<std::string> Object::attr_string(const std::string& name) const {
   }
   // Fixed length: one byte more than stored so a NUL-padded full-width string keeps every char.
   const size_t size = H5Tget_size(a->type.get());
+  constexpr size_t kMaxText = size_t{64} << 20;  // four times the largest scenario text fp8moe stores
+  if (size == 0 || size > kMaxText) {
+    fail(attr_label(name, display()), " in '", file_, "' claims a string of ", size, " bytes (at most ", kMaxText,
+         " expected): the file is damaged");
+  }
   check(H5Tset_size(mem.get(), size + 1), what, file_, "H5Tset_size");
   std::string buf(size + 1, '\0');
   check(H5Aread(a->attr.get(), mem.get(), buf.data()), what, file_, "H5Aread");

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "results/h5_detail.hpp"
+#include "results/heap_guard.hpp"
 #include "results/output_file.hpp"
 
 namespace fp8moe::results {
@@ -115,6 +116,8 @@ std::vector<CaseRow> read_rows(hid_t ds, hsize_t n, const std::string& path) {
   check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr), "cannot read the cases table",
         path, "H5Sselect_hyperslab");
   h5::Handle mspace = own(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot read the cases table", path, "H5Screate_simple");
+  // libhdf5 trusts the global heap behind the strings: check it first (heap_guard.hpp).
+  check_vlen_strings(ds, n, path);
   if (H5Dread(ds, mem.get(), mspace.get(), fspace.get(), H5P_DEFAULT, pods.data()) < 0) {
     // Strings of the rows read before the failure are HDF5's allocations: free them first
     // (found by tests/fuzz's result-file reader as a leak).
@@ -368,13 +371,22 @@ void SweepWriter::fail_quietly(const std::string& message) noexcept {
 
 h5::File open_sweep(const std::string& path) {
   h5::File f = h5::File::open(path);
+  // Schema 2 holds fixed-length string attributes only; refusing variable-length ones keeps every
+  // attribute read away from libhdf5's unchecked global heap (the table's strings are checked by
+  // heap_guard before they are read).
+  f.refuse_variable_strings();
+  const std::int64_t v = attr_int_or(f, "schema_version", 0);
+  if (v > kSchemaVersion) fail("'", path, "' has schema version ", v, ", newer than this fp8moe's ", kSchemaVersion, ": update fp8moe");
+  if (v == 1) {
+    fail("'", path, "' is an fp8moe sweep result of schema 1 (fp8moe before 2026-12-05), whose variable-length string "
+         "attributes this fp8moe does not read (libhdf5 cannot read them safely from a damaged file): rerun the sweep "
+         "with this fp8moe, or read the old file with h5py (notebooks/fp8moe_results.py reads both)");
+  }
   const auto tag = f.has_attr("format") ? f.attr_string("format") : std::nullopt;
   if (!tag || *tag != kFormatTag) {
     fail("'", path, "' is not an fp8moe sweep result (no root attribute format = ", kFormatTag,
          "): give a file written by `fp8moe sweep`");
   }
-  const std::int64_t v = attr_int_or(f, "schema_version", 0);
-  if (v > kSchemaVersion) fail("'", path, "' has schema version ", v, ", newer than this fp8moe's ", kSchemaVersion, ": update fp8moe");
   return f;
 }
 

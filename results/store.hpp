@@ -55,7 +55,9 @@ std::optional<std::string> column_text(const CaseRow& r, const std::string& colu
 std::optional<double> column_number(const CaseRow& r, const std::string& column);  // numeric columns
 
 inline constexpr const char* kFormatTag = "fp8moe-sweep";
-inline constexpr int kSchemaVersion = 1;
+// 2 (2026-12-05): string attributes fixed-length (1: variable-length, no longer read), the file in
+// the HDF5 1.8 format; the cases table unchanged.
+inline constexpr int kSchemaVersion = 2;
 
 using Attrs = std::vector<std::pair<std::string, std::string>>;  // string provenance attributes
 

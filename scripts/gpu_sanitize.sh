@@ -10,6 +10,8 @@
 # runs one command for at most 10 minutes), each run within its share of what is left (memcheck
 # slows kernels 2-10x, racecheck and initcheck 10-100x: a huge suite times out with the errors it
 # found so far), and never past FP8MOE_SANITIZE_TIMEOUT (default 300 s) alone.
+# FP8MOE_SANITIZE_TOOLS picks the tools (default "memcheck racecheck initcheck"): racecheck alone
+# can then have the whole budget of one device call.
 set -uo pipefail
 bin=$1
 log=$2
@@ -31,9 +33,10 @@ printf '%-10s %-24s %7s %4s %8s  %s\n' tool suite errors rc seconds note >"$summ
 bad=0 runs=0
 budget=${FP8MOE_SANITIZE_BUDGET:-540}
 cap=${FP8MOE_SANITIZE_TIMEOUT:-300}
-total=$((3 * ${#suites[@]}))
+read -r -a tools <<<"${FP8MOE_SANITIZE_TOOLS:-memcheck racecheck initcheck}"
+total=$((${#tools[@]} * ${#suites[@]}))
 deadline=$((SECONDS + budget))
-for tool in memcheck racecheck initcheck; do
+for tool in "${tools[@]}"; do
   case $tool in
     memcheck) opts=() ;;
     # hazard: errors and warnings of shared-memory races (analysis only summarises them).
@@ -83,7 +86,7 @@ for tool in memcheck racecheck initcheck; do
 done
 {
   if ((bad == 0)); then
-    echo "sanitize: clean: $runs runs (memcheck, racecheck, initcheck x ${#suites[@]} suites) found no errors"
+    echo "sanitize: clean: $runs runs (${tools[*]} x ${#suites[@]} suites) found no errors"
   else
     echo "sanitize: FAILED: $bad of $runs runs found errors, failed or timed out (details below the table)"
   fi

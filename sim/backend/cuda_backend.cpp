@@ -190,15 +190,21 @@ class CudaBackend final : public Backend {
   TensorD quantized_pass(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
                          const GemmOptions& opt, std::vector<std::int64_t> out_shape) {
     const std::size_t n = static_cast<std::size_t>(Tensor<double>::count(out_shape));
+    // Outputs start as NaN (fill_sentinel): an element a kernel or cuBLASLt leaves unwritten fails
+    // every check downstream. This is also what shows compute-sanitizer's initcheck report on the
+    // cuBLASLt outputs (it does not see cuBLASLt's stores) to be spurious: with the sentinel, every
+    // output equals the hopper-tc model bitwise (test_kernels_cublaslt, results/bench round logs).
     if (lt_) {
       TensorD t(out_shape);
       if (opt.out == OutDtype::bf16) {
         DeviceBuffer<std::uint16_t> out(n);
+        out.fill_sentinel();
         call_lt(p, l, r, offs, opt, out.get());
         const std::vector<std::uint16_t> h = out.download();
         for (std::size_t i = 0; i < n; ++i) t.data[i] = bf16_to_f32(h[i]);
       } else {
         DeviceBuffer<float> out(n);
+        out.fill_sentinel();
         call_lt(p, l, r, offs, opt, out.get());
         const std::vector<float> h = out.download();
         for (std::size_t i = 0; i < n; ++i) t.data[i] = h[i];
@@ -206,6 +212,7 @@ class CudaBackend final : public Backend {
       return t;
     }
     DeviceBuffer<float> out(n);
+    out.fill_sentinel();
     switch (p) {
       case Pass::fwd: kernels::simt_grouped_fwd(l, r, offs, opt, out.get()); break;
       case Pass::dgrad: kernels::simt_grouped_dgrad(l, r, offs, opt, out.get()); break;
@@ -251,6 +258,7 @@ class CudaBackend final : public Backend {
     if (hp) {
       const DeviceBuffer<float> dw(W.data);
       DeviceBuffer<double> out(static_cast<std::size_t>(M * cols));
+      out.fill_sentinel();
       if (p == Pass::fwd) {
         kernels::hp64_grouped_fwd(da.get(), dw.get(), M, N, K, offs, out.get());
       } else {
@@ -289,6 +297,7 @@ class CudaBackend final : public Backend {
     const DeviceBuffer<float> dg(dOut.data), da(A.data);
     if (hp) {
       DeviceBuffer<double> out(static_cast<std::size_t>(E * N * K));
+      out.fill_sentinel();
       kernels::hp64_grouped_wgrad(dg.get(), da.get(), M, N, K, offs, out.get());
       return from_doubles({E, N, K}, out.download());
     }

@@ -232,7 +232,8 @@ def perturb(src, dst):
         t["status"][i], t["message"][i] = "fail", "synthetic: the sweep's own check"
         mark(i, False)  # status fail is not a gate failure
         f["cases"][...] = t
-        f.attrs["status"], f.attrs["status_message"] = "interrupted", "synthetic SIGINT"
+        # Fixed-length, as fp8moe writes them (schema 2).
+        f.attrs["status"], f.attrs["status_message"] = np.bytes_(b"interrupted"), np.bytes_(b"synthetic SIGINT")
     return expect
 
 

@@ -238,7 +238,7 @@ def write(path, seed, status, save_blocks):
             cid += 1
     with h5py.File(path, "w") as f:
         a = f.attrs
-        a["format"], a["schema_version"], a["status"] = "fp8moe-sweep", np.int64(1), "running"
+        a["format"], a["schema_version"], a["status"] = "fp8moe-sweep", np.int64(2), "running"
         a["status_message"] = ""
         a["cases_total"], a["cases_done"] = np.int64(cid), np.int64(cid)
         a["argv"] = f"fp8moe sweep synthetic.ini --save-blocks --seed {seed} (synthetic: {sys.argv[0]})"
@@ -273,6 +273,18 @@ def write(path, seed, status, save_blocks):
         f.attrs["status"] = status  # written last, as the sweep does
         if status != "complete":
             f.attrs["status_message"] = f"synthetic {status}"
+        fix_strings(f)
+
+
+def fix_strings(obj):
+    """fp8moe writes string attributes fixed-length (schema 2, results/SCHEMA.md); h5py writes str
+    as variable-length, so every str attribute is rewritten as numpy bytes, here and below."""
+    for k, v in list(obj.attrs.items()):
+        if isinstance(v, str):
+            obj.attrs[k] = np.bytes_(v.encode("utf-8"))
+    if isinstance(obj, h5py.Group):
+        for child in obj.values():
+            fix_strings(child)
 
 
 def _dataset(g, name, values, dims, step):

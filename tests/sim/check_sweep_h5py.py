@@ -57,7 +57,8 @@ def cases(path):
     with h5py.File(path, "r") as f:
         t = f["cases"][()]
         n = int(f.attrs["rows_committed"])
-        return t[:n], dict(f.attrs)
+        # String attributes are fixed-length UTF-8 (bytes in h5py): decoded here.
+        return t[:n], {k: v.decode("utf-8") if isinstance(v, bytes) else v for k, v in f.attrs.items()}
 
 
 def same_rows(a, b, what):

@@ -1,0 +1,252 @@
+// The global-heap check before libhdf5 reads variable-length strings (heap_guard.hpp).
+#include "results/heap_guard.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "results/h5_detail.hpp"
+
+namespace fp8moe::results {
+
+using namespace fp8moe::h5::detail;
+using fp8moe::h5::Handle;
+
+namespace {
+
+constexpr std::uint64_t kMinCollection = 4096;  // H5HG_MINSIZE: libhdf5 never writes a smaller one
+constexpr std::uint64_t kMaxCollection = std::uint64_t{1} << 32;  // far above any collection libhdf5 makes
+
+std::uint64_t decode_le(const std::uint8_t* p, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+// A file opened for plain reads next to libhdf5's own handle.
+class RawFile {
+ public:
+  explicit RawFile(const std::string& path) : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) fail("cannot check the strings of '", path, "': ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail("cannot check the strings of '", path, "': ", std::strerror(errno));
+    size_ = static_cast<std::uint64_t>(st.st_size);
+  }
+  ~RawFile() { ::close(fd_); }
+  RawFile(const RawFile&) = delete;
+  RawFile& operator=(const RawFile&) = delete;
+  std::uint64_t size() const { return size_; }
+  void read(std::uint64_t off, std::uint8_t* dst, std::uint64_t n) const {
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(off));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) fail("cannot check the strings of '", path_, "': short read at byte ", off);
+      dst += got;
+      off += static_cast<std::uint64_t>(got);
+      n -= static_cast<std::uint64_t>(got);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+  std::uint64_t size_ = 0;
+};
+
+struct Layout {
+  std::size_t sizeof_addr = 8, sizeof_size = 8;
+  std::uint64_t base = 0;  // the superblock's offset (a user block before it)
+};
+
+// One collection's objects: index -> size. Built under libhdf5's parsing rules
+// (H5HG__cache_heap_deserialize), refusing where those rules would go wrong.
+using Objects = std::map<std::uint32_t, std::uint64_t>;
+
+class HeapChecker {
+ public:
+  HeapChecker(const RawFile& file, const Layout& lay, const std::string& path) : file_(file), lay_(lay), path_(path) {}
+
+  const Objects& collection(std::uint64_t addr, const std::string& where) {
+    auto it = seen_.find(addr);
+    if (it != seen_.end()) return it->second;
+    return seen_.emplace(addr, parse(addr, where)).first->second;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& where, std::uint64_t addr, const std::string& why) const {
+    fail("'", path_, "' is damaged: ", where, " points into the global heap collection at byte ", addr, ", which ", why,
+         "; libhdf5 cannot read such strings safely, so fp8moe refuses the file (rerun the sweep, or restore the file "
+         "from a copy)");
+  }
+
+  Objects parse(std::uint64_t addr, const std::string& where) const {
+    const std::size_t hdr = 8 + lay_.sizeof_size;                   // "GCOL", version, 3 reserved, size
+    const std::size_t objhdr = 2 + 2 + 4 + lay_.sizeof_size;        // index, refcount, reserved, size
+    const std::uint64_t eof = file_.size();
+    if (addr == 0 || addr > eof || lay_.base > eof - addr || eof - addr - lay_.base < hdr) {
+      bad(where, addr, "lies outside the file");
+    }
+    const std::uint64_t at = lay_.base + addr;
+    std::vector<std::uint8_t> head(hdr);
+    file_.read(at, head.data(), hdr);
+    if (std::memcmp(head.data(), "GCOL", 4) != 0) bad(where, addr, "has no GCOL signature");
+    if (head[4] != 1) bad(where, addr, cat("has version ", int(head[4]), " (1 expected)"));
+    const std::uint64_t size = decode_le(head.data() + 8, lay_.sizeof_size);
+    if (size < kMinCollection || size > kMaxCollection) {
+      bad(where, addr, cat("claims ", size, " bytes (libhdf5 writes ", kMinCollection, " or more)"));
+    }
+    if (size > eof - at) bad(where, addr, cat("claims ", size, " bytes, past the end of the file"));
+    std::vector<std::uint8_t> c(static_cast<std::size_t>(size));
+    file_.read(at, c.data(), size);
+    Objects objs;
+    std::uint64_t p = hdr;
+    while (p < size) {
+      if (p + objhdr > size) break;  // a tail too small for an object header: free space
+      const std::uint32_t idx = static_cast<std::uint32_t>(decode_le(&c[p], 2));
+      const std::uint64_t osize = decode_le(&c[p + 8], lay_.sizeof_size);
+      std::uint64_t need = 0;
+      if (idx > 0) {
+        if (osize > size) bad(where, addr, cat("holds object ", idx, " of ", osize, " bytes, larger than the collection"));
+        need = objhdr + ((osize + 7) / 8) * 8;
+        if (objs.count(idx)) bad(where, addr, cat("holds object ", idx, " twice"));
+        objs[idx] = osize;
+      } else {
+        need = osize;  // the free-space object counts its own header
+        if (need < objhdr) bad(where, addr, cat("holds a free-space object of ", osize, " bytes (libhdf5 would loop)"));
+      }
+      if (need > size - p) bad(where, addr, cat("holds object ", idx, " running past the collection's end"));
+      p += need;
+    }
+    return objs;
+  }
+
+  const RawFile& file_;
+  Layout lay_;
+  std::string path_;
+  std::map<std::uint64_t, Objects> seen_;
+};
+
+struct VlenMember {
+  std::string name;
+  std::size_t offset = 0;
+};
+
+}  // namespace
+
+void check_vlen_strings(h5::Id ds, std::uint64_t rows, const std::string& path) {
+  if (rows == 0) return;
+  const std::string what = "cannot check the cases table's strings";
+  Handle type = own(H5Dget_type(ds), H5Tclose, what, path, "H5Dget_type");
+  if (H5Tget_class(type.get()) != H5T_COMPOUND) fail("'", path, "': the cases table is not a compound table");
+  const std::size_t elem = H5Tget_size(type.get());
+  const int nmembers = check(H5Tget_nmembers(type.get()), what, path, "H5Tget_nmembers");
+
+  Handle file = own(H5Iget_file_id(ds), H5Fclose, what, path, "H5Iget_file_id");
+  Layout lay;
+  {
+    Handle fcpl = own(H5Fget_create_plist(file.get()), H5Pclose, what, path, "H5Fget_create_plist");
+    check(H5Pget_sizes(fcpl.get(), &lay.sizeof_addr, &lay.sizeof_size), what, path, "H5Pget_sizes");
+    hsize_t ub = 0;
+    check(H5Pget_userblock(fcpl.get(), &ub), what, path, "H5Pget_userblock");
+    lay.base = ub;
+  }
+  if (lay.sizeof_addr < 2 || lay.sizeof_addr > 8 || lay.sizeof_size < 2 || lay.sizeof_size > 8) {
+    fail("'", path, "' uses ", lay.sizeof_addr, "-byte addresses and ", lay.sizeof_size, "-byte sizes: not an HDF5 layout fp8moe reads");
+  }
+
+  // H5Dget_type gives the type laid out for memory (a variable-length string as a char*, later
+  // members shifted accordingly); on disk each such string is a descriptor of `disk` bytes. Walk the
+  // members in offset order and shift them back (the inverse of libhdf5's H5T__set_loc).
+  const std::size_t disk = 4 + lay.sizeof_addr + 4;
+  struct Member {
+    std::size_t offset, size;
+    bool vlen;
+    std::string name;
+  };
+  std::vector<Member> members;
+  for (int i = 0; i < nmembers; ++i) {
+    const auto u = static_cast<unsigned>(i);
+    Handle mt = own(H5Tget_member_type(type.get(), u), H5Tclose, what, path, "H5Tget_member_type");
+    const bool vstr = H5Tget_class(mt.get()) == H5T_STRING && check(H5Tis_variable_str(mt.get()), what, path, "H5Tis_variable_str") > 0;
+    char* n = H5Tget_member_name(type.get(), u);
+    members.push_back({H5Tget_member_offset(type.get(), u), H5Tget_size(mt.get()), vstr, n ? n : "?"});
+    H5free_memory(n);
+  }
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.offset < b.offset; });
+  std::vector<VlenMember> vlen;
+  std::size_t shift = 0;
+  for (const Member& m : members) {
+    if (m.vlen) {
+      vlen.push_back({m.name, m.offset + shift});
+      shift += disk - m.size;
+    }
+  }
+  const std::size_t disk_elem = elem + shift;
+  for (const VlenMember& m : vlen) {
+    if (m.offset + disk > disk_elem) fail("'", path, "': the string column '", m.name, "' overruns its row: the cases table is damaged");
+  }
+  if (vlen.empty()) return;
+
+  Handle dcpl = own(H5Dget_create_plist(ds), H5Pclose, what, path, "H5Dget_create_plist");
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) fail("'", path, "': the cases table is not chunked as fp8moe writes it: the file is damaged");
+  if (check(H5Pget_nfilters(dcpl.get()), what, path, "H5Pget_nfilters") != 0) {
+    fail("'", path, "': the cases table has filters fp8moe never sets: the file is damaged");
+  }
+  hsize_t chunk_rows = 0;
+  if (H5Pget_chunk(dcpl.get(), 1, &chunk_rows) != 1 || chunk_rows == 0) {
+    fail("'", path, "': the cases table's chunks are not one-dimensional: the file is damaged");
+  }
+  if (chunk_rows > (std::uint64_t{1} << 30) / disk_elem) fail("'", path, "': the cases table's chunks of ", chunk_rows, " rows are implausible: the file is damaged");
+
+  const RawFile raw(path);
+  HeapChecker heaps(raw, lay, path);
+  std::vector<std::uint8_t> buf(static_cast<std::size_t>(chunk_rows * disk_elem));
+  for (std::uint64_t first = 0; first < rows; first += chunk_rows) {
+    // Where the chunk lies, from the chunk index; the bytes are then read here, bounded by the
+    // buffer (H5Dread_chunk trusts the index's size and writes past a buffer of the right size).
+    const hsize_t offset = first;
+    unsigned filter_mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t stored = 0;
+    check(H5Dget_chunk_info_by_coord(ds, &offset, &filter_mask, &addr, &stored), cat(what, " (rows from ", first, ")"),
+          path, "H5Dget_chunk_info_by_coord");
+    if (addr == HADDR_UNDEF || stored != buf.size() || filter_mask != 0) {
+      fail("'", path, "': the cases table's chunk at row ", first, " is ", addr == HADDR_UNDEF ? "missing" : "damaged",
+           " (", stored, " bytes stored, ", buf.size(), " expected): the file is damaged");
+    }
+    if (addr > raw.size() || lay.base > raw.size() - addr || raw.size() - addr - lay.base < stored) {
+      fail("'", path, "': the cases table's chunk at row ", first, " lies outside the file: the file is damaged");
+    }
+    raw.read(lay.base + addr, buf.data(), stored);
+    const std::uint64_t last = std::min<std::uint64_t>(rows, first + chunk_rows);
+    for (std::uint64_t r = first; r < last; ++r) {
+      const std::uint8_t* row = buf.data() + (r - first) * disk_elem;
+      for (const VlenMember& m : vlen) {
+        const std::uint8_t* d = row + m.offset;
+        const std::uint64_t len = decode_le(d, 4);
+        if (len == 0) continue;  // libhdf5 reads no heap object for an empty string
+        const std::uint64_t addr = decode_le(d + 4, lay.sizeof_addr);
+        const std::uint32_t idx = static_cast<std::uint32_t>(decode_le(d + 4 + lay.sizeof_addr, 4));
+        const std::string where = cat("row ", r, " column '", m.name, "'");
+        const Objects& objs = heaps.collection(addr, where);
+        const auto it = objs.find(idx);
+        if (idx == 0 || it == objs.end()) {
+          fail("'", path, "' is damaged: ", where, " names object ", idx, " of the global heap collection at byte ", addr,
+               ", which has no such object: rerun the sweep, or restore the file from a copy");
+        }
+        if (it->second != len) {
+          fail("'", path, "' is damaged: ", where, " is a string of ", len, " bytes but its heap object holds ", it->second,
+               " (libhdf5 would read past its buffer): rerun the sweep, or restore the file from a copy");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fp8moe::results

@@ -1,0 +1,293 @@
+// results/heap_guard: a damaged global heap behind the cases table's strings is refused with one
+// message instead of reaching libhdf5 (which hangs, overflows a buffer or segfaults on it; the
+// fuzzer's three findings are replayed here). Each damage is applied to a fresh file of random
+// rows, and the undamaged file must read back exactly what was written.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/error.hpp"
+#include "results/h5_test_util.hpp"
+#include "results/store.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using fp8moe::results::CaseRow;
+
+std::vector<unsigned char> slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void spit(const std::string& p, const std::vector<unsigned char>& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+std::uint64_t get_le(const std::vector<unsigned char>& b, std::size_t at, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | b[at + static_cast<std::size_t>(i)];
+  return v;
+}
+void put_le(std::vector<unsigned char>& b, std::size_t at, int n, std::uint64_t v) {
+  for (int i = 0; i < n; ++i) b[at + static_cast<std::size_t>(i)] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+// Random text from an alphabet without 'G' (so "GCOL" can only be a collection's signature),
+// lengths from empty to past one 4 KiB collection.
+std::string random_text(std::mt19937_64& rng) {
+  static const char alphabet[] = "abcdefhijklmnopqrstuvwxyz0123456789 =,[]()/:;.";
+  std::uniform_int_distribution<int> len_pick(0, 9);
+  const int pick = len_pick(rng);
+  const std::size_t len = pick == 0 ? 0 : pick < 8 ? std::uniform_int_distribution<std::size_t>(1, 200)(rng)
+                                                   : std::uniform_int_distribution<std::size_t>(3000, 9000)(rng);
+  std::uniform_int_distribution<std::size_t> ch(0, sizeof alphabet - 2);
+  std::string s(len, ' ');
+  for (char& c : s) c = alphabet[ch(rng)];
+  return s;
+}
+
+std::vector<CaseRow> random_rows(std::uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  std::vector<CaseRow> rows(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    CaseRow& r = rows[static_cast<std::size_t>(i)];
+    r.case_id = i / 3;
+    r.case_key = random_text(rng);
+    r.scenario = random_text(rng);
+    r.placements = random_text(rng);
+    r.message = random_text(rng);
+    r.offs = random_text(rng);
+    r.status = "ok";
+    r.sqnr_db = std::uniform_real_distribution<double>(-10, 200)(rng);
+    r.seed = rng();
+  }
+  return rows;
+}
+
+std::string write_sweep(const fp8moe::test::TempDir& dir, const std::vector<CaseRow>& rows) {
+  const std::string path = dir.file("sweep.h5");
+  auto w = fp8moe::results::SweepWriter::create(path, {{"tool_version", "test"}}, static_cast<std::int64_t>(rows.size()));
+  for (std::size_t i = 0; i < rows.size(); i += 3) {
+    w.commit(std::vector<CaseRow>(rows.begin() + static_cast<std::ptrdiff_t>(i),
+                                  rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + 3))));
+  }
+  w.finish("complete", "");
+  return path;
+}
+
+// The collections in the file: offsets of "GCOL" followed by version 1.
+std::vector<std::size_t> collections(const std::vector<unsigned char>& b) {
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i + 16 <= b.size(); ++i) {
+    if (std::memcmp(&b[i], "GCOL", 4) == 0 && b[i + 4] == 1) at.push_back(i);
+  }
+  return at;
+}
+
+struct HeapObject {
+  std::size_t at;  // the object header's offset in the file
+  std::uint32_t index;
+  std::uint64_t size;
+};
+// Walks one collection as the HDF5 file format specification lays it out (8-byte lengths).
+std::vector<HeapObject> objects(const std::vector<unsigned char>& b, std::size_t col) {
+  const std::uint64_t size = get_le(b, col + 8, 8);
+  std::vector<HeapObject> out;
+  std::size_t p = col + 16;
+  while (p + 16 <= col + size) {
+    const HeapObject o{p, static_cast<std::uint32_t>(get_le(b, p, 2)), get_le(b, p + 8, 8)};
+    out.push_back(o);
+    if (o.index == 0) break;  // free space runs to the end
+    p += 16 + (o.size + 7) / 8 * 8;
+  }
+  return out;
+}
+
+// The table read as `report` and `--resume` do (`sweep` = false: without open_sweep's checks of
+// the attributes, for the schema-1 artifacts whose attributes are variable-length).
+std::string read_error(const std::string& path, bool sweep = true) {
+  try {
+    const auto f = sweep ? fp8moe::results::open_sweep(path) : fp8moe::h5::File::open(path);
+    (void)fp8moe::results::read_cases(f);
+  } catch (const fp8moe::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("undamaged random rows read back exactly, strings and numbers") {
+  const std::uint64_t seed = fp8moe::test::seed_for(161);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  const auto rows = random_rows(seed, 40);
+  const std::string path = write_sweep(dir, rows);
+  REQUIRE(collections(slurp(path)).size() >= 2);  // long strings spill into further collections
+  const auto back = fp8moe::results::read_cases(fp8moe::results::open_sweep(path));
+  REQUIRE(back.size() == rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(back[i].case_key == rows[i].case_key);
+    CHECK(back[i].scenario == rows[i].scenario);
+    CHECK(back[i].placements == rows[i].placements);
+    CHECK(back[i].message == rows[i].message);
+    CHECK(back[i].offs == rows[i].offs);
+    CHECK(back[i].seed == rows[i].seed);
+    CHECK(back[i].sqnr_db == rows[i].sqnr_db);
+  }
+}
+
+TEST_CASE("each kind of global-heap damage is refused with a message naming the file and the damage") {
+  const std::uint64_t seed = fp8moe::test::seed_for(162);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  const std::string path = write_sweep(dir, random_rows(seed, 40));
+  const auto clean = slurp(path);
+  // A collection with a free-space object at its end and an object whose size is not a multiple of
+  // 8 minus one (so that size + 1 keeps its padded slot: the walk stays intact and only the size
+  // check can catch that damage).
+  std::size_t col = 0;
+  HeapObject first{}, free_space{};
+  bool found = false;
+  for (const std::size_t c : collections(clean)) {
+    const auto objs = objects(clean, c);
+    if (objs.empty() || objs.back().index != 0) continue;
+    for (const HeapObject& o : objs) {
+      if (o.index > 0 && o.size % 8 != 0 && o.size % 8 != 7) {
+        col = c, first = o, free_space = objs.back(), found = true;
+        break;
+      }
+    }
+    if (found) break;
+  }
+  REQUIRE(found);
+
+  struct Damage {
+    const char* name;
+    void (*apply)(std::vector<unsigned char>&, std::size_t col, const HeapObject& first, const HeapObject& free_space);
+    const char* expect;
+  };
+  const Damage damages[] = {
+      {"signature zeroed (libhdf5 re-reads it for every string: minutes)",
+       [](auto& b, std::size_t c, const HeapObject&, const HeapObject&) { std::memset(&b[c], 0, 4); }, "no GCOL signature"},
+      {"version 2", [](auto& b, std::size_t c, const HeapObject&, const HeapObject&) { b[c + 4] = 2; }, "has version 2"},
+      {"object size far past the collection (libhdf5 memcpys it: overflow)",
+       [](auto& b, std::size_t, const HeapObject& o, const HeapObject&) { put_le(b, o.at + 8, 8, std::uint64_t{365072220167}); },
+       "larger than the collection"},
+      {"object size one more than its string (libhdf5 writes past the string's buffer)",
+       [](auto& b, std::size_t, const HeapObject& o, const HeapObject&) { put_le(b, o.at + 8, 8, o.size + 1); },
+       "heap object holds"},
+      {"free-space object of size 0 (libhdf5's parser loops forever)",
+       [](auto& b, std::size_t, const HeapObject&, const HeapObject& f) { put_le(b, f.at + 8, 8, 0); }, "would loop"},
+      {"object renumbered (a string's object is missing)",
+       [](auto& b, std::size_t, const HeapObject& o, const HeapObject&) { put_le(b, o.at, 2, 60000); }, "no such object"},
+      {"collection size past the end of the file",
+       [](auto& b, std::size_t c, const HeapObject&, const HeapObject&) { put_le(b, c + 8, 8, b.size()); },
+       "past the end of the file"},
+      {"collection size below libhdf5's minimum",
+       [](auto& b, std::size_t c, const HeapObject&, const HeapObject&) { put_le(b, c + 8, 8, 64); }, "claims 64 bytes"},
+  };
+  for (const Damage& d : damages) {
+    const std::string label = d.name;
+    INFO("damage: " << label);
+    MESSAGE("damage: " << label);
+    auto bytes = clean;
+    d.apply(bytes, col, first, free_space);
+    const std::string damaged = dir.file("damaged.h5");
+    spit(damaged, bytes);
+    const std::string err = read_error(damaged);
+    CHECK(err.find(d.expect) != std::string::npos);
+    CHECK(err.find(damaged) != std::string::npos);
+    CHECK(err.find("is damaged") != std::string::npos);
+  }
+}
+
+TEST_CASE("the result-file fuzzer's libhdf5 findings are refused, not crashed on") {
+  // tests/results/damaged/*.h5.xz: libFuzzer artifacts of fuzz_results (issue 16), schema-1 files
+  // (variable-length attributes, refused by open_sweep since schema 2), so their table is read
+  // directly, as the schema-1 reader did. Before the guard: `fp8moe report` spun for minutes on the first, segfaulted on the second (an ASan heap
+  // overflow reading 365072220167 bytes) and leaked on the third.
+  const char* cases[][2] = {
+      {"fuzz_results-timeout-hdf5-global-heap.h5.xz", "would loop"},
+      {"fuzz_results-overflow-hdf5-global-heap.h5.xz", "larger than the collection"},
+      {"fuzz_results-leak-read_rows-vlen.h5.xz", "no GCOL signature"},
+      // Found against the guard's first version, which read chunks with H5Dread_chunk: libhdf5
+      // wrote the index's 129085 bytes into a buffer of the chunk's 129024 (ASan overflow).
+      {"fuzz_results-overflow-hdf5-read-chunk.h5.xz", "129085 bytes stored, 129024 expected"},
+  };
+  fp8moe::test::TempDir dir(fp8moe::test::seed_for(163));
+  for (const auto& c : cases) {
+    INFO("artifact " << c[0]);
+    const std::string xz = std::string(FP8MOE_TEST_DATA_DIR) + "/damaged/" + c[0];
+    const std::string h5 = dir.file("artifact.h5");
+    const std::string cmd = "xz -dc '" + xz + "' > '" + h5 + "'";
+    REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "needs xz (xz-utils) and " << xz);
+    const bool schema1 = std::string(c[0]).find("read-chunk") == std::string::npos;
+    if (schema1) CHECK(read_error(h5).find("schema 1") != std::string::npos);  // written before schema 2
+    const std::string err = read_error(h5, /*sweep=*/!schema1);
+    CHECK(err.find(c[1]) != std::string::npos);
+    CHECK(err.find("is damaged") != std::string::npos);
+  }
+}
+
+TEST_CASE("string attributes: fixed-length up to a 16 MiB scenario text; variable-length refused in sweep files only") {
+  const std::uint64_t seed = fp8moe::test::seed_for(164);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  std::mt19937_64 rng(seed);
+  const std::string path = write_sweep(dir, random_rows(seed, 3));
+  {
+    // Sizes around the 32-byte padding steps, the 64 KiB compact-attribute limit, and the largest
+    // scenario text fp8moe stores (16 MiB), with multi-byte UTF-8.
+    auto f = fp8moe::h5::File::open(path, /*writable=*/true);
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{65537},
+                                std::size_t{16} << 20}) {
+      std::string v(n, 'x');
+      for (std::size_t i = 0; i + 2 <= n; i += 97) v.replace(i, 2, "\xc3\xa9");
+      if (n > 0) v[std::uniform_int_distribution<std::size_t>(0, n - 1)(rng)] = 'q';
+      f.set_attr("text_" + std::to_string(n), v);
+      CHECK(f.attr_string("text_" + std::to_string(n)) == v);
+    }
+    f.set_attr("status", "running");
+    f.set_attr("status", "complete");  // rewritten in place, same padded type
+    f.close();
+  }
+  {
+    const auto f = fp8moe::results::open_sweep(path);
+    CHECK(fp8moe::results::sweep_status(f) == "complete");
+    CHECK(f.attr_string("text_16777216").value().size() == (std::size_t{16} << 20));
+  }
+
+  // A variable-length attribute, as h5py writes a str: read in any other file, refused in a sweep file.
+  {
+    const hid_t h = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(h, "note", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    const char* text = "added with h5py";
+    REQUIRE(H5Awrite(a, t, &text) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    H5Fclose(h);
+  }
+  CHECK(fp8moe::h5::File::open(path).attr_string("note") == std::string("added with h5py"));
+  try {
+    (void)fp8moe::results::open_sweep(path).attr_string("note");
+    FAIL("a variable-length attribute of a sweep file was read");
+  } catch (const fp8moe::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("attribute 'note'") != std::string::npos);
+    CHECK(m.find("variable-length") != std::string::npos);
+    CHECK(m.find("numpy.bytes_") != std::string::npos);
+  }
+}
