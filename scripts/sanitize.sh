@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${FP8MOE_ASAN_DIR:-build-asan}
 jobs=${FP8MOE_JOBS:-$(nproc)}
-suites=(test_formats test_groups test_metrics test_datagen test_quantize test_gemm test_tensor_core test_block_gemm_tc test_h5
+suites=(test_formats test_groups test_metrics test_datagen test_quantize test_gemm test_tensor_core test_block_gemm_tc test_h5 test_heap_guard
         test_mesh test_rules test_op_scenarios test_layer_plans
         test_cli_quantize test_cli_gemm test_cli_run test_cli_limits)
 
