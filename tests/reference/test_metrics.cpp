@@ -1,4 +1,4 @@
-// Metrics (DESIGN.md 3.7) on hand-computed cases.
+// Metrics (reference/SPEC.md §8) on hand-computed cases.
 #include <doctest/doctest.h>
 
 #include <cmath>
