@@ -3,7 +3,7 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(HDF5 REQUIRED COMPONENTS C)
-# Static Boost.Program_options: the GPU machine's image has no Boost libraries (reference/SPEC.md §15.1).
+# Static Boost.Program_options: the GPU machine's image has no Boost libraries (reference/SPEC.md 15.1).
 set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(doctest REQUIRED)

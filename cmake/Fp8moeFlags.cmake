@@ -1,7 +1,7 @@
 # Compiler flags shared by every fp8moe target.
 #
 # -ffp-contract=off: bitwise CPU/GPU parity needs every fused multiply-add to be an explicit
-# fma() call; the compiler must not contract a*b+c on its own (reference/SPEC.md §7.9).
+# fma() call; the compiler must not contract a*b+c on its own (reference/SPEC.md 7.9).
 add_library(fp8moe_flags INTERFACE)
 target_compile_options(fp8moe_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas>

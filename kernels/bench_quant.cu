@@ -136,7 +136,7 @@ int run_kernel_bench(const KernelBenchOptions& o) {
   if (file) {
     qrows.reset();
     grows.reset();
-    file->set_attr("status", "complete");  // written last (reference/SPEC.md §14.1)
+    file->set_attr("status", "complete");  // written last (reference/SPEC.md 14.1)
     file->close();
     file.reset();
     o.out->publish();

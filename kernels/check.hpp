@@ -1,5 +1,5 @@
 #pragma once
-// Checked CUDA calls and an RAII device buffer (host code; reference/SPEC.md §1.4 "errors that say where and
+// Checked CUDA calls and an RAII device buffer (host code; reference/SPEC.md 1.4 "errors that say where and
 // why"). Every CUDA runtime call goes through FP8MOE_CUDA_CHECK, which throws fp8moe::Error with the
 // call's text, the error's name and string, file:line, and a context string the caller gives
 // (shapes, sizes): FP8MOE_CUDA_CHECK(cudaMemcpy(...), "M=", M, " K=", K).

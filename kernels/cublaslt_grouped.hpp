@@ -1,7 +1,7 @@
 #pragma once
 // The `cublaslt` grouped passes: cuBLASLt FP8 e4m3 GEMMs with Hopper block scaling, one
 // cublasLtMatmul per non-empty expert on one stream (no grouped block-scaled API before cuBLAS
-// 13.4, reference/SPEC.md §15.2). TN only: every operand is K-contiguous (row-major (rows, k) = cuBLAS's
+// 13.4, reference/SPEC.md 15.2). TN only: every operand is K-contiguous (row-major (rows, k) = cuBLAS's
 // k x rows column-major), output row-major = cuBLAS column-major with the operands swapped.
 //
 // | pass  | cuBLAS A (m x k, BLK/VEC)          | cuBLAS B (k x n, VEC128)        | D (row-major)  |

@@ -1,5 +1,5 @@
 #pragma once
-// The GPU `hp64` reference (reference/SPEC.md §7.2): an fp64 CUDA-core grouped GEMM of the unquantized
+// The GPU `hp64` reference (reference/SPEC.md 7.2): an fp64 CUDA-core grouped GEMM of the unquantized
 // fp32 (bf16-valued) inputs, so large GPU sweeps need no CPU reference. Each product of two fp32
 // values is exact in fp64; the sum runs in fp64 in k order per thread, so it is not bitwise the
 // CPU's Eigen GEMM (a different summation order) but agrees to fp64 rounding (tests ask >= 250 dB,

@@ -8,7 +8,7 @@
 // low 15 bits of its 16, fp32: the low 31 of its 32). Non-negative floats order like their bits,
 // so for non-NaN input the largest key is the bits of max |x|, exactly amax_update's result
 // (max is exact: the order of the reduction cannot change it); a NaN's key exceeds +Inf's, so a
-// block with a NaN gets a NaN amax (its payload may differ from the CPU's, which reference/SPEC.md §3.3
+// block with a NaN gets a NaN amax (its payload may differ from the CPU's, which reference/SPEC.md 3.3
 // allows: a non-finite block is reported).
 #include <cstdint>
 

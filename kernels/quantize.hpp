@@ -1,5 +1,5 @@
 #pragma once
-// Blockwise FP8 quantizers on the GPU (reference/SPEC.md §3.1, §4.1), one per recipe, bitwise equal to
+// Blockwise FP8 quantizers on the GPU (reference/SPEC.md 3.1, 4.1), one per recipe, bitwise equal to
 // reference/quantize.hpp: same row-major layouts, same scale formula (reference/scale.hpp).
 //
 // | recipe        | input   | codes         | scales (s_inv)   | kernel                  |

@@ -1,6 +1,6 @@
 #pragma once
 // Scale layouts cuBLASLt's Hopper block scaling reads (cuBLASLt 13.x; shapes and strides as
-// PyTorch's ScaledBlas.cpp checks them before calling cuBLASLt, reference/SPEC.md §4.3), and the relayout
+// PyTorch's ScaledBlas.cpp checks them before calling cuBLASLt, reference/SPEC.md 4.3), and the relayout
 // kernels from our row-major layouts (kernels/quantize.hpp = reference/'s) into them.
 //
 // A cuBLASLt operand is stored k x rows column-major, i.e. our row-major (rows, k), contracted on k:

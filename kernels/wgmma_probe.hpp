@@ -1,7 +1,7 @@
 #pragma once
 // The wgmma probe (issue 15 item 4): raw `wgmma.mma_async.sync.aligned.m64nNk32.f32.{e4m3,e5m2}.
 // {e4m3,e5m2}` on many independent 64 x N tiles, compared bit for bit on the device with
-// reference/tensor_core.hpp's tc_step (reference/SPEC.md §7.5, the measured Hopper tensor-core model).
+// reference/tensor_core.hpp's tc_step (reference/SPEC.md 7.5, the measured Hopper tensor-core model).
 //
 // Per tile (one warpgroup, 128 threads, one CTA): A (64, 32) and B (N, 32) codes, both K-major,
 // are staged in shared memory in the no-swizzle canonical layout; the accumulator registers are

@@ -7,7 +7,7 @@ The one helper the notebooks share, so nothing is loaded, judged or drawn twice:
     fr.provenance("results/runs/ci.h5")["git_sha"]
     fr.load_blocks("results/runs/ci.h5", 12)                 # xarray.Dataset, dims named
 
-Floors and bitwise identities are the gates `fp8moe gate` checks (reference/SPEC.md §9 as
+Floors and bitwise identities are the gates `fp8moe gate` checks (reference/SPEC.md 9 as
 scenarios/gates.ini writes them), read from that file and matched by fp8moe_gates.py as the
 C++ checker matches them; `annotate(df, gates=PATH)` or $FP8MOE_GATES takes another gates file.
 Needs h5py, numpy and pandas; xarray and matplotlib are optional (numpy dicts without xarray;
@@ -402,7 +402,7 @@ def floor_colorbar(fig, axes, span_db=15.0):
     sm = cm.ScalarMappable(norm=mcolors.TwoSlopeNorm(vmin=-span_db, vcenter=0.0, vmax=span_db),
                            cmap=_cmap("RdBu"))
     cb = fig.colorbar(sm, ax=axes, shrink=0.8, pad=0.02)
-    cb.set_label("dB above the SPEC.md §9.2 floor\n(hatched: below; grey: no floor)", fontsize=8)
+    cb.set_label("dB above the SPEC.md 9.2 floor\n(hatched: below; grey: no floor)", fontsize=8)
     return cb
 
 

@@ -1,6 +1,6 @@
 #pragma once
 // Rounding an exact integer block partial to fp32, host+device: the one rounding of promote-fp32
-// (reference/SPEC.md §7.4), used by the CPU scalar path (reference/block_gemm.cpp) and the simt kernel
+// (reference/SPEC.md 7.4), used by the CPU scalar path (reference/block_gemm.cpp) and the simt kernel
 // (kernels/simt_gemm.cu): round |p| to 24 significant bits (RNE), then scale by 2^-shift, which is
 // exact because every partial of an e4m3/e5m2 block (|p| >= 1 unit) stays a normal fp32.
 #include <cstdint>

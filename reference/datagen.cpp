@@ -75,10 +75,10 @@ std::string routing_name(const Routing& r) {
 std::vector<std::int32_t> make_offsets(std::int64_t tokens, int experts, const Routing& r, std::uint64_t seed) {
   if (experts < 1) fail("the number of experts must be >= 1, got ", experts);
   if (tokens < 0) fail("the number of tokens must be >= 0, got ", tokens);
-  // offs are int32 (reference/SPEC.md §5.1): more tokens would wrap the cumulative ends at 2^31. Checked
+  // offs are int32 (reference/SPEC.md 5.1): more tokens would wrap the cumulative ends at 2^31. Checked
   // before the per-token loop below, which a larger count would also keep busy for hours.
   if (tokens > kInt32Max) {
-    fail("tokens = ", tokens, " exceeds the limit ", kInt32Max, " of int32 token offsets (reference/SPEC.md §5.1): use fewer tokens");
+    fail("tokens = ", tokens, " exceeds the limit ", kInt32Max, " of int32 token offsets (reference/SPEC.md 5.1): use fewer tokens");
   }
   std::vector<double> weight(static_cast<std::size_t>(experts), 1.0);
   if (r.kind == Routing::Kind::zipf) {

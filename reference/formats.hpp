@@ -1,5 +1,5 @@
 #pragma once
-// FP8 (e4m3fn, e5m2) and bf16 codecs, host+device (reference/SPEC.md §2).
+// FP8 (e4m3fn, e5m2) and bf16 codecs, host+device (reference/SPEC.md 2).
 //
 // Encoding is round-to-nearest-even computed on the integer bits of the fp32 input, so it needs
 // no floating-point arithmetic (no flush-to-zero, rounding-mode or fusion hazards on either side).

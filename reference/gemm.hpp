@@ -1,5 +1,5 @@
 #pragma once
-// Grouped GEMM passes (reference/SPEC.md §6) in every CPU arithmetic mode (SPEC.md §7).
+// Grouped GEMM passes (reference/SPEC.md 6) in every CPU arithmetic mode (SPEC.md 7).
 //
 // | pass  | math (per expert e, rows grouped by offs) | lhs quantization        | rhs quantization          |
 // |-------|-------------------------------------------|-------------------------|---------------------------|
@@ -34,7 +34,7 @@ struct GemmOptions {
   Promotion promotion = Promotion::deepgemm;
   OutDtype out = OutDtype::bf16;
   QuantOptions quant;
-  bool pad = false;  // token-group padding (SPEC.md §5.2); outputs are unpadded
+  bool pad = false;  // token-group padding (SPEC.md 5.2); outputs are unpadded
   // cuBLASLt's split-K per expert (numSplitsK of the algorithm it ran; empty or 1: no split), so
   // hopper-tc/cublas reproduces a split call. Only quantized modes with a fp32 accumulator use it.
   std::vector<std::int32_t> split_k;

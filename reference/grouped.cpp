@@ -348,7 +348,7 @@ TensorD grouped_dgrad(const TensorF& dOut, const TensorF& W, std::span<const std
         return r;
       }
       case Mode::torchao_emulated: {
-        // The dgrad weight quantization is the exact transpose of the forward one (reference/SPEC.md §4.2),
+        // The dgrad weight quantization is the exact transpose of the forward one (reference/SPEC.md 4.2),
         // so dequantizing the forward orientation gives the same values.
         TensorD r = wide_dgrad(dequantize_bf16(quantize_act_lhs(g, opt.quant)),
                                dequantize_bf16(quantize_grouped_weight(W, WeightOrientation::fwd, opt.quant)), o);

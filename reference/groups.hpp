@@ -1,6 +1,6 @@
 #pragma once
 // Token groups: int32 cumulative end offsets per expert (offs[E-1] = tokens), their validation,
-// and token-group padding (reference/SPEC.md §5, torchao moe_training utils):
+// and token-group padding (reference/SPEC.md 5, torchao moe_training utils):
 //   sizes = diff(offs); padded sizes = ceil(size/B)*B (0 stays 0); padded ends = cumsum;
 //   starts = ends - padded sizes; the zero-filled buffer has ceil((tokens + E*B)/B)*B rows;
 //   row -> expert marks pad rows -1. Example: offs [129,384,500] -> padded ends [256,512,640],

@@ -1,7 +1,7 @@
 #pragma once
 // FP8MOE_HD marks functions compiled for host and device. Every formula that the CPU reference and
 // the CUDA kernels share (FP8 codec, scale formula, block index math, RNG) lives in a header that
-// uses it, so there is one definition of each (reference/SPEC.md §1.3).
+// uses it, so there is one definition of each (reference/SPEC.md 1.3).
 #if defined(__CUDACC__)
 #define FP8MOE_HD __host__ __device__ __forceinline__
 #else

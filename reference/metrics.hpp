@@ -1,5 +1,5 @@
 #pragma once
-// Accuracy metrics (reference/SPEC.md §8), all computed in fp64 over every element.
+// Accuracy metrics (reference/SPEC.md 8), all computed in fp64 over every element.
 //   SQNR(ref, x) = 20 log10(||ref|| / ||ref - x||); +inf when x equals ref, NaN when either has a
 //   non-finite element (NaN never passes a floor).
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Blockwise FP8 quantizers (reference/SPEC.md §3.1, §4.1). All inputs are float tensors holding fp32 or
+// Blockwise FP8 quantizers (reference/SPEC.md 3.1, 4.1). All inputs are float tensors holding fp32 or
 // bf16-valued data; every quantizer applies the one scale formula of reference/scale.hpp.
 //
 // | quantizer                 | input   | codes        | scales (s_inv)             | block (rows x cols of codes) |

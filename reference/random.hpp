@@ -1,6 +1,6 @@
 #pragma once
 // Counter-based random numbers keyed by (seed, tensor id, global element index), host+device
-// (reference/SPEC.md §13 data generation; nccl-tests' verifiable data habit). Any rank on any device
+// (reference/SPEC.md 13 data generation; nccl-tests' verifiable data habit). Any rank on any device
 // can generate any slice of a global tensor bit-identically: element i of tensor t under seed s is
 // a pure function of (s, t, i).
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The blockwise scale formula, bit-exact with torchao's blockwise FP8 kernels (reference/SPEC.md §3.1),
+// The blockwise scale formula, bit-exact with torchao's blockwise FP8 kernels (reference/SPEC.md 3.1),
 // host+device. For a scaling group G of x:
 //   amax  = max |x| over G as fp32, NaN-propagating; amax = max(amax, 1e-12f)
 //   scale = (float)(fp8_max / (double)amax)           (pow2: rounded down to a power of two)
@@ -83,7 +83,7 @@ FP8MOE_HD std::uint8_t quantize_element(float x, float scale, Fp8Format f) {
 // satfinite cvt turns into the positive NaN code). Byte 0 is `lo`'s code, byte 1 `hi`'s. For
 // every fp32 input the code equals quantize_element's, or both are NaN codes of f (checked on
 // the GPU over all 2^32 inputs in both byte positions, tests/kernels/test_kernels_codec.cpp).
-// The quantizers compare NaN codes as equal (SPEC.md §3.3: a non-finite block is reported;
+// The quantizers compare NaN codes as equal (SPEC.md 3.3: a non-finite block is reported;
 // x86 and the GPU propagate NaN signs differently anyway).
 template <Fp8Format F>
 __device__ __forceinline__ std::uint16_t quantize_pair(float lo, float lo_scale, float hi, float hi_scale) {

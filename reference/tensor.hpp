@@ -1,6 +1,6 @@
 #pragma once
 // A row-major host tensor: a shape and a flat vector. reference/ holds everything row-major; the
-// store layout of the GPU kernels is their own concern (reference/SPEC.md §4.3).
+// store layout of the GPU kernels is their own concern (reference/SPEC.md 4.3).
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>

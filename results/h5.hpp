@@ -1,5 +1,5 @@
 #pragma once
-// A small RAII wrapper over the HDF5 C API (reference/SPEC.md §14.1). Every HDF5 call is checked; HDF5's own
+// A small RAII wrapper over the HDF5 C API (reference/SPEC.md 14.1). Every HDF5 call is checked; HDF5's own
 // error-stack printing is switched off and failures throw fp8moe::Error with the call, the file
 // and the object, e.g. "cannot open dataset 'W' in 'x.h5': no such dataset (datasets here: A, offs)".
 //
@@ -146,7 +146,7 @@ class Group : public Object {
   std::string child_path(const std::string& name) const;
 };
 
-// "1.10.8": the HDF5 library linked in, for provenance attributes (SPEC.md §14.2).
+// "1.10.8": the HDF5 library linked in, for provenance attributes (SPEC.md 14.2).
 std::string library_version();
 
 class File : public Group {
@@ -156,7 +156,7 @@ class File : public Group {
   static File create(const std::string& path);
   static File open(const std::string& path, bool writable = false);
 
-  void flush();  // H5Fflush: what was written so far survives a killed writer (SPEC.md §14.1)
+  void flush();  // H5Fflush: what was written so far survives a killed writer (SPEC.md 14.1)
   // Flush and close, checked; the destructor closes too but cannot report failure. HDF5's default
   // (weak) close degree keeps the file open while any group or dataset of it is: let those go
   // first where the bytes must be final, e.g. before renaming a temporary file into place.

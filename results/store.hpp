@@ -4,7 +4,7 @@
 // attributes, optional per-case groups under /blocks and /tensors, and a `status` attribute
 // written last.
 //
-// Crash safety (reference/SPEC.md §14.1, issue 4 item 4): a case's groups are written first, then its rows in
+// Crash safety (reference/SPEC.md 14.1, issue 4 item 4): a case's groups are written first, then its rows in
 // one extend-and-write, then `rows_committed`/`cases_done`, then H5Fflush. A writer killed at any
 // moment leaves a file whose flushed state holds every completed case; rows past
 // `rows_committed` (a case cut off between its write and its flush) are dropped on resume.

@@ -38,7 +38,7 @@ std::string shape_of(const char* pass, std::int64_t E, std::int64_t M, std::int6
   return cat(pass, " E=", E, " M=", M, " N=", N, " K=", K);
 }
 
-// Token-group padding around a pass, as reference/grouped.cpp does it (reference/SPEC.md §5.2): the
+// Token-group padding around a pass, as reference/grouped.cpp does it (reference/SPEC.md 5.2): the
 // zero-filled rows of pad_rows, the first padded_ends.back() of them, then unpad_rows.
 template <class Body>
 TensorD with_padding(const GemmOptions& opt, std::span<const std::int32_t> offs,

@@ -80,7 +80,7 @@ std::vector<Pass> parse_passes(const std::string& s) {
   return out;
 }
 
-// Op-level floors of torchao's tests for a quantized mode vs the bf16 reference (reference/SPEC.md §9.1).
+// Op-level floors of torchao's tests for a quantized mode vs the bf16 reference (reference/SPEC.md 9.1).
 double op_floor_db(Pass p) { return p == Pass::fwd ? 27.0 : 26.0; }
 
 void require_finite(const TensorF& t, const char* name, bool allow) {
@@ -340,7 +340,7 @@ int cmd_gemm(const Args& args) {
                    {"out_dtype", out_dtype_name(base.out)}});
     fmt::print("# saved inputs and outputs to {}\n", vm["save"].as<std::string>());
   }
-  if (below_floor) fmt::print(stderr, "warning: at least one quantized mode is below its op-level floor (reference/SPEC.md §9.1)\n");
+  if (below_floor) fmt::print(stderr, "warning: at least one quantized mode is below its op-level floor (reference/SPEC.md 9.1)\n");
   return 0;
 }
 

@@ -1,5 +1,5 @@
 // `fp8moe quantize`: one tensor from an HDF5 file through one blockwise recipe of reference/
-// (reference/SPEC.md §3.1, §4.1), written as codes + scales so notebooks can inspect what a kernel would see.
+// (reference/SPEC.md 3.1, 4.1), written as codes + scales so notebooks can inspect what a kernel would see.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -85,7 +85,7 @@ void write_output(results::OutputFile& out, const Quantized& q, const QuantOptio
     f.set_attr("underflow", q.stats.underflow);
     f.set_attr("saturated", q.stats.saturated);
     f.set_attr("zero_blocks", q.stats.zero_blocks);
-    f.set_attr("status", "complete");  // written last (SPEC.md §14.1)
+    f.set_attr("status", "complete");  // written last (SPEC.md 14.1)
     f.close();
   }
   out.publish();

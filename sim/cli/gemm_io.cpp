@@ -140,7 +140,7 @@ void save_gemm_run(results::OutputFile& out, const GemmData& data, const std::ve
       write_output(g, "grad_W", mo.grad_W, mo.fp64);
     }
     for (const auto& [k, v] : attrs) f.set_attr(k, v);
-    f.set_attr("status", "complete");  // written last (reference/SPEC.md §14.1)
+    f.set_attr("status", "complete");  // written last (reference/SPEC.md 14.1)
     f.close();
   }
   out.publish();  // a failure above leaves out.tmp() to the OutputFile, which removes it

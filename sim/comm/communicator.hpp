@@ -1,5 +1,5 @@
 #pragma once
-// The one communicator interface of fp8moe (reference/SPEC.md §10.7). Collectives run on a group of
+// The one communicator interface of fp8moe (reference/SPEC.md 10.7). Collectives run on a group of
 // global ranks (usually one mesh dim's group, Mesh::group) and take one buffer per group member,
 // in group order. A process holds the buffers of its local ranks only: the fake communicator holds
 // every rank (all entries are used), a real one (MPI, NCCL) holds its own and ignores the rest.

@@ -1,4 +1,4 @@
-// The plain fp8moe does not link MPI (the GPU machines' image may lack libmpi, reference/SPEC.md §15.1):
+// The plain fp8moe does not link MPI (the GPU machines' image may lack libmpi, reference/SPEC.md 15.1):
 // --mesh mpi, and --mesh nccl under a launcher, re-execute the process as fp8moe-mpi, the same
 // CLI linked with MPI, found next to this binary. fp8moe-mpi links sim/comm/mpi_runtime.cpp,
 // whose strong definitions replace the weak ones below (see mpi_runtime.hpp for why the linker

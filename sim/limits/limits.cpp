@@ -37,7 +37,7 @@ std::int64_t gemm_memory_estimate(std::int64_t experts, std::int64_t tokens, std
 
 void check_token_offsets(std::int64_t tokens, std::int64_t experts, std::int64_t block, bool padded) {
   if (tokens > kMaxTokens) {
-    fail("tokens = ", tokens, " exceeds the limit ", kMaxTokens, " of int32 token offsets (reference/SPEC.md §5.1)");
+    fail("tokens = ", tokens, " exceeds the limit ", kMaxTokens, " of int32 token offsets (reference/SPEC.md 5.1)");
   }
   check_range(tokens, 0, kMaxTokens, "tokens");
   check_range(experts, 1, kMaxExperts, "experts");

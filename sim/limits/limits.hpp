@@ -21,7 +21,7 @@ inline constexpr int kMaxMeshDims = 3;
 // Experts of one case: offsets and per-expert loops are sized by E before any memory estimate
 // can see them (DeepSeek-V3 has 256 routed experts).
 inline constexpr std::int64_t kMaxExperts = 65536;
-// Tokens, and the padded token rows tokens + E * block: offs are int32 (reference/SPEC.md §5.1).
+// Tokens, and the padded token rows tokens + E * block: offs are int32 (reference/SPEC.md 5.1).
 inline constexpr std::int64_t kMaxTokens = kInt32Max;
 // A scenario file (shipped ones are a few KiB): reading /dev/zero or a stray 1 GB file stops here.
 inline constexpr std::int64_t kMaxScenarioBytes = std::int64_t{16} << 20;

@@ -1,5 +1,5 @@
 #pragma once
-// A device mesh with named dims, ranks in row-major order (reference/SPEC.md §10.1).
+// A device mesh with named dims, ranks in row-major order (reference/SPEC.md 10.1).
 //   "dp=2,tp=2": rank = dp_index * 2 + tp_index; the tp group of rank 1 is {0, 1}, its dp group {1, 3}.
 #include <string>
 #include <vector>

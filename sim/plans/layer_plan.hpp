@@ -33,7 +33,7 @@
 // Choices that change numbers (reported in ScenarioReport):
 // - A TP shard of H that is not a multiple of the block is zero-padded to one locally (as a
 //   kernel's out-of-bounds zero fill does); its blocks are not the single device's.
-// - A rank whose local token groups are not multiples of the block pads them (reference/SPEC.md §5.3) in
+// - A rank whose local token groups are not multiples of the block pads them (reference/SPEC.md 5.3) in
 //   quantized modes, even with gemm.pad off; the wgrad token blocks then move.
 // - Partial sums (y, dx over tp; dW over dp) are each rank's bf16 output reduced by the
 //   communicator in ReduceOptions' dtype and order, then rounded to bf16 (hp64: not rounded).

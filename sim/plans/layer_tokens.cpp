@@ -107,7 +107,7 @@ void Exec::place_tokens() {
     if (quant && ragged && !s.opt.pad) {
       s.opt.pad = true;
       add_note("rank " + std::to_string(r) + ": local token groups are not multiples of " + std::to_string(B) +
-               ", so its passes pad token groups (reference/SPEC.md §5.3)");
+               ", so its passes pad token groups (reference/SPEC.md 5.3)");
     }
   }
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Sharding rules of the grouped passes and of the quantizers (reference/SPEC.md §10.3, §10.4, after PyTorch
+// Sharding rules of the grouped passes and of the quantizers (reference/SPEC.md 10.3, 10.4, after PyTorch
 // DTensor's op strategies and torchao's MoE blockwise-FP8 DTensor coverage). Offsets are always
 // Replicate. Operands of each pass:
 //

@@ -1,5 +1,5 @@
 #pragma once
-// What one placement scenario reports (issue 3 item 8, reference/SPEC.md §8.3, §12.1): per output tensor,
+// What one placement scenario reports (issue 3 item 8, reference/SPEC.md 8.3, 12.1): per output tensor,
 // SQNR against the single-device hp64 truth and against the single-device FP8 result of the same
 // mode (the second isolates what the sharding changed), plus the diagnostics of why.
 #include <cstdint>

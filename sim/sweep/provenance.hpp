@@ -1,5 +1,5 @@
 #pragma once
-// Where a result came from (reference/SPEC.md §14.2): the tool, the source tree, the build, the host, the
+// Where a result came from (reference/SPEC.md 14.2): the tool, the source tree, the build, the host, the
 // CUDA device and every library version, as name/value pairs. `fp8moe info` prints them and the
 // sweep store writes them as root attributes, from this one list.
 #include <string>

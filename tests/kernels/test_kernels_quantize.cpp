@@ -135,7 +135,7 @@ TEST_CASE("the 1x128 quantizer's grid-stride loop (more groups than one grid cov
 }
 
 TEST_CASE("GPU quantizers on non-finite input: same scales and codes up to the sign of a NaN") {
-  // Non-finite blocks are reported, not hidden (reference/SPEC.md §3.3); x86 and the GPU propagate NaN
+  // Non-finite blocks are reported, not hidden (reference/SPEC.md 3.3); x86 and the GPU propagate NaN
   // signs differently, so a NaN code or scale matches any NaN (gpu_compare.hpp).
   const std::uint64_t seed = test::seed_for(503);
   CAPTURE(seed);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a small fp8moe sweep result exactly as results/SCHEMA.md lays it out, computed with a
-numpy model of the op-level passes (reference/SPEC.md §3.1 scale formula, §4.1 block layouts, §6.1
+numpy model of the op-level passes (reference/SPEC.md 3.1 scale formula, 4.1 block layouts, 6.1
 passes; e4m3/e5m2 by rounding the mantissa, torch.chunk shards), plus a few made-up layer-level
 rows. A fixture for tests/notebooks/test_fp8moe_results.py and for developing the notebooks
 without `fp8moe sweep`; its numbers are a model's, not fp8moe's.
@@ -46,7 +46,7 @@ def quantize(x, br, bc, fmt):
     R, C = x.shape
     rows, cols = -(-R // br), -(-C // bc)
     xp = np.zeros((rows * br, cols * bc))
-    xp[:R, :C] = x  # ragged edges zero-filled (SPEC.md §4.2)
+    xp[:R, :C] = x  # ragged edges zero-filled (SPEC.md 4.2)
     blk = xp.reshape(rows, br, cols, bc)
     amax = np.maximum(np.abs(blk).max(axis=(1, 3)).astype(np.float32), np.float32(1e-12))
     scale = (FMT_MAX[fmt] / amax.astype(np.float64)).astype(np.float32)
@@ -155,7 +155,7 @@ def op_cases(seed):
 def data(seed, dist):
     rng = np.random.default_rng(seed)
     A = bf16(rng.standard_normal((M, K)))
-    if dist == "outliers":  # a few hot channels along K (SPEC.md §13.2's outlier distribution)
+    if dist == "outliers":  # a few hot channels along K (SPEC.md 13.2's outlier distribution)
         A[:, rng.choice(K, 4, replace=False)] *= 60.0
         A = bf16(A)
     return A, bf16(rng.standard_normal((E, N, K)) / 16.0), bf16(rng.standard_normal((M, N)))
@@ -215,7 +215,7 @@ def write(path, seed, status, save_blocks):
             if save_blocks and stats is not None:
                 blocks[cid] = (key, tensor, tiles(truth, out), tiles(single, out), stats)
             cid += 1
-    # Layer-level rows: made-up numbers of the shape SPEC.md §9.1 describes, to exercise the
+    # Layer-level rows: made-up numbers of the shape SPEC.md 9.1 describes, to exercise the
     # layer floors (one grad of fsdp+tp below its 20 dB floor).
     rng = np.random.default_rng(seed + 1)
     for mesh, world, plan in (("1", 1, "single"), ("dp=2", 2, "fsdp"), ("tp=2", 2, "tp"),

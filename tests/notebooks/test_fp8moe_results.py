@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Unit tests of notebooks/fp8moe_results.py on files written by make_synthetic_run.py (exactly
 results/SCHEMA.md's layout): loading, provenance, refusing foreign files, dimension scales,
-the gates (scenarios/gates.ini's reference/SPEC.md §9 floors and identities, and the matching rules of
+the gates (scenarios/gates.ini's reference/SPEC.md 9 floors and identities, and the matching rules of
 `fp8moe gate` on gates written here), matching two runs.
 
 usage: test_fp8moe_results.py WORKDIR     exit 0 pass, 1 fail, 77 skip (h5py/pandas missing)
@@ -190,7 +190,7 @@ expect = bitwise
 
 
 class ShippedGates(unittest.TestCase):
-    """SPEC.md §9's floors and identities, as scenarios/gates.ini writes them."""
+    """SPEC.md 9's floors and identities, as scenarios/gates.ini writes them."""
 
     def test_the_helper_reads_scenarios_gates_ini(self):
         self.assertEqual(fr.DEFAULT_GATES, Path(HERE).parent.parent / "scenarios" / "gates.ini")

@@ -1,5 +1,5 @@
 #pragma once
-// Independent oracles for the grouped GEMM tests, written from reference/SPEC.md §2/§6/§7 without the
+// Independent oracles for the grouped GEMM tests, written from reference/SPEC.md 2/6/7 without the
 // code under test: a table-free FP8 decoder in long double, and the exact / promote-fp32 models
 // evaluated element by element with long double block partials.
 #include <cmath>
@@ -10,7 +10,7 @@
 
 namespace fp8moe::test {
 
-// Value of an FP8 code straight from the bit fields (SPEC.md §2.1).
+// Value of an FP8 code straight from the bit fields (SPEC.md 2.1).
 inline long double oracle_decode(std::uint8_t c, Fp8Format f) {
   const int mbits = f == Fp8Format::e4m3 ? 3 : 2, ebits = 7 - mbits, bias = f == Fp8Format::e4m3 ? 7 : 15;
   const int sign = c >> 7, e = (c >> mbits) & ((1 << ebits) - 1), m = c & ((1 << mbits) - 1);

@@ -1,5 +1,5 @@
 #pragma once
-// An independent, deliberately plain blockwise quantizer: reference/SPEC.md §3.1 written out literally, for
+// An independent, deliberately plain blockwise quantizer: reference/SPEC.md 3.1 written out literally, for
 // test_quantize.cpp. It shares no code with reference/formats.hpp, scale.hpp or quantize.cpp:
 //   - codes are decoded from their fields with ldexp, and encoded by searching the sorted table of
 //     all finite decoded codes for the nearest value (ties to the even code = even mantissa);
@@ -82,7 +82,7 @@ struct Stats {
   }
 };
 
-// One scaling group, SPEC.md §3.1 line by line. Returns s_inv.
+// One scaling group, SPEC.md 3.1 line by line. Returns s_inv.
 inline float quantize_group(const float* x, std::int64_t n, std::uint8_t* codes, const Options& o,
                             const CodeTable& t, Stats& st) {
   bool has_nan = false;

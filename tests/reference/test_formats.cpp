@@ -1,4 +1,4 @@
-// Hand-derived tables for the FP8 and bf16 codecs of reference/formats.hpp (reference/SPEC.md §2), and
+// Hand-derived tables for the FP8 and bf16 codecs of reference/formats.hpp (reference/SPEC.md 2), and
 // round_bf16(double) against an exact integer rounding written here.
 //
 // Code layouts: e4m3fn = S EEEE MMM, bias 7, value 2^(E-7) (1 + M/8), subnormal (E=0) M 2^-9,

@@ -1,5 +1,5 @@
 // Exhaustive checks of the codecs in reference/formats.hpp, each against an oracle that shares no
-// code with it (reference/SPEC.md §2.2, §2.4):
+// code with it (reference/SPEC.md 2.2, 2.4):
 //   fp8_encode satfinite, all 2^32 fp32 patterns, e4m3 and e5m2: CUDA's host-callable
 //       __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) from cuda_fp8.h (a double-based path);
 //   fp8_encode torch, all 2^32 patterns: a transcription of c10's fp8e4m3fn_from_fp32_value /
@@ -229,7 +229,7 @@ TEST_CASE("fp8_encode torch policy equals c10's cast for all 2^32 fp32 patterns"
 }
 
 TEST_CASE("bf16_bits_rne equals the FPU's round-to-nearest-even for all 2^32 fp32 patterns") {
-  // NaN must stay NaN (SPEC.md §2.4); its payload and sign are not part of the contract.
+  // NaN must stay NaN (SPEC.md 2.4); its payload and sign are not part of the contract.
   const Sweep s = sweep_all_fp32("bf16_bits_rne vs FPU rounding", [](std::uint32_t u) {
     const std::uint16_t got = bf16_bits_rne(from_bits(u));
     if (std::isnan(from_bits(u))) return (got & 0x7f80u) == 0x7f80u && (got & 0x7fu) != 0;

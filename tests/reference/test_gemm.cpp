@@ -1,5 +1,5 @@
 // Grouped GEMM passes in every CPU mode, held against independent oracles (gemm_oracle.hpp), the
-// torchao op-level floors (reference/SPEC.md §9.1) and each other.
+// torchao op-level floors (reference/SPEC.md 9.1) and each other.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -227,7 +227,7 @@ TEST_CASE("promote-fp32 of one 128-block is the exact block partial rounded once
 }
 
 TEST_CASE("torchao op-level floors: torchao-emulated vs the bf16 reference") {
-  // SPEC.md §9.1: fwd >= 27 dB, dgrad >= 26, wgrad >= 26; E=2 [256,512] unpadded and E=3
+  // SPEC.md 9.1: fwd >= 27 dB, dgrad >= 26, wgrad >= 26; E=2 [256,512] unpadded and E=3
   // [129,384,500] padded, K = N = 256.
   for (int trial = 0; trial < 3; ++trial) {
     const std::uint64_t seed = test::seed_for(200 + trial);

@@ -1,4 +1,4 @@
-// Token-group padding and offset validation of reference/groups.cpp (reference/SPEC.md §5, torchao
+// Token-group padding and offset validation of reference/groups.cpp (reference/SPEC.md 5, torchao
 // moe_training utils), against expectations worked out by hand and a per-row oracle written here.
 #include <doctest/doctest.h>
 
@@ -24,7 +24,7 @@ std::vector<std::int32_t> expected_row_expert(const I32& starts, const I32& size
   return re;
 }
 
-TEST_CASE("pad_groups: the SPEC.md §5.2 example offs [129,384,500]") {
+TEST_CASE("pad_groups: the SPEC.md 5.2 example offs [129,384,500]") {
   const I32 offs = {129, 384, 500};
   const PaddedGroups p = pad_groups(offs, 128);
   // sizes 129, 255, 116 -> padded 256, 256, 128 -> ends 256, 512, 640; starts 0, 256, 512;

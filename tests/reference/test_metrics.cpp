@@ -1,4 +1,4 @@
-// Metrics (reference/SPEC.md §8) on hand-computed cases.
+// Metrics (reference/SPEC.md 8) on hand-computed cases.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// The blockwise quantizers of reference/quantize.cpp (reference/SPEC.md §3.1, §4.1) against the plain
+// The blockwise quantizers of reference/quantize.cpp (reference/SPEC.md 3.1, 4.1) against the plain
 // oracle of quant_oracle.hpp: codes and scales bitwise, statistics exactly, on fresh random data.
 // Shapes follow torchao's blockwise_fp8_training quantizer tests (1x128 lhs on 4096x1024 and
 // 4096x16384, blocks 128 and 256, bf16 and fp32 inputs) plus the moe_training layouts.

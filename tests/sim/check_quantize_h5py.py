@@ -28,7 +28,7 @@ def check(cond, what):
 
 
 def fp8_table(fmt):
-    """Value of every code, computed from the format's fields (reference/SPEC.md §2.1)."""
+    """Value of every code, computed from the format's fields (reference/SPEC.md 2.1)."""
     mant_bits, bias = (3, 7) if fmt == "e4m3" else (2, 15)
     vals = np.empty(256, dtype=np.float64)
     for code in range(256):

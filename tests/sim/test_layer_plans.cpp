@@ -1,6 +1,6 @@
 // Layer plans (sim/plans): the MoE SwiGLU expert block under FSDP2, TP, EP, dp and 2-D plans,
 // checked against what the math promises (issue 3 item 9) and torchao's module-level floors
-// (reference/SPEC.md §9.1).
+// (reference/SPEC.md 9.1).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -121,7 +121,7 @@ TEST_CASE("layer plans: a misaligned TP shard (H=384 over tp=2) is flagged and m
     CHECK_FALSE(t.block_aligned);
     CHECK(t.vs_single.sqnr_db >= (t.tensor == "y" ? 23.0 : 20.0));
   }
-  // The aligned case (H=256 over tp=2) is not flagged, and what SPEC.md §9.3 promises holds at
+  // The aligned case (H=256 over tp=2) is not flagged, and what SPEC.md 9.3 promises holds at
   // the layer level: h1, h3, h and dh are column slices computed bitwise, so the three wgrads
   // (output sharded on N or K) are bitwise; y and dx are reduced Partials, >= 35 dB.
   c.hidden = 256;
@@ -143,7 +143,7 @@ TEST_CASE("layer plans: a misaligned TP shard (H=384 over tp=2) is flagged and m
 // all-reduced: our "dp" plan; FSDP2 is held to its floors against both. With offs [129,256] rank
 // 1's tokens of expert 0 start at 129, so its wgrad token blocks differ from the single device's
 // (measured ~43 dB instead of ~51 dB vs the single device; bitwise vs torchao's reference).
-TEST_CASE("layer plans: torchao's module cases meet their floors (SPEC.md §9.1)") {
+TEST_CASE("layer plans: torchao's module cases meet their floors (SPEC.md 9.1)") {
   const std::uint64_t seed = test::seed_for(303);
   CAPTURE(seed);
   for (Mode mode : {Mode::torchao_emulated, Mode::promote_fp32}) {

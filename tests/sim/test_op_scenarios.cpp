@@ -1,4 +1,4 @@
-// Op-level scenarios on fake meshes (issue 3 items 6 and 9, reference/SPEC.md §9.3): the bitwise identities
+// Op-level scenarios on fake meshes (issue 3 items 6 and 9, reference/SPEC.md 9.3): the bitwise identities
 // of sharded passes, the contraction's Partial sums, misaligned shards and their floors, and every
 // enumerated placement run end to end.
 #include <doctest/doctest.h>
@@ -18,7 +18,7 @@ namespace {
 
 using fp8moe::test::seed_for;
 
-// Op floors vs the reference (SPEC.md §9.1), held here against hp64.
+// Op floors vs the reference (SPEC.md 9.1), held here against hp64.
 double floor_db(Pass p) { return p == Pass::fwd ? 27.0 : 26.0; }
 
 OpScenario scenario(const char* mesh, Pass p, const char* lhs, const char* rhs, OpShape shape,

@@ -1,4 +1,4 @@
-// Sharding rules of the grouped passes and the quantizers (reference/SPEC.md §10.3, §10.4): each strategy row,
+// Sharding rules of the grouped passes and the quantizers (reference/SPEC.md 10.3, 10.4): each strategy row,
 // the rejections, the cheapest redistribution, quantizer placements and block alignment, and the
 // enumeration counts.
 #include <doctest/doctest.h>
@@ -24,7 +24,7 @@ struct Row {
 TEST_CASE("every strategy row of the table is taken directly, with its output placement") {
   const Mesh tp = Mesh::parse("tp=2");
   const OpShape s{2, 256, 512, 384};
-  // The table of SPEC.md §10.3, written out here (not read from strategy_rows()).
+  // The table of SPEC.md 10.3, written out here (not read from strategy_rows()).
   const Row rows[] = {
       {Pass::fwd, "R", "S(1)", "S(1)", Strategy::out_feature},
       {Pass::fwd, "S(1)", "S(2)", "P", Strategy::contraction},
