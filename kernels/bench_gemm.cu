@@ -6,7 +6,18 @@
 // cublaslt call includes its scale relayouts. Baseline, timed in the same run on the same codes
 // and shapes: the same per-expert cuBLASLt loop with per-tensor FP8 scaling (LtScaling::
 // per_tensor), so "vs per-tensor" is what block scaling costs. Data: kernels/datagen normal, fp32.
+//
+// Checked before timed (the `wrong` column; outputs start as the NaN sentinel, so an element a
+// call leaves unwritten is wrong too):
+//   cublaslt       bitwise against its model, hopper-tc:cublas with the split counts cuBLASLt ran
+//                  (the simt kernel, itself bitwise the CPU reference: tests/kernels); the timed
+//                  calls' last output bitwise the checked one; the per-tensor baseline all finite
+//   simt deepgemm  bitwise against the CPU reference promote-fp32:deepgemm on the same codes
+//   hp64           SQNR >= 250 dB against the CPU's fp64 passes (they differ in summation order only)
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 
 #include "kernels/bench_util.hpp"
@@ -16,6 +27,10 @@
 #include "kernels/quantize.hpp"
 #include "kernels/simt_gemm.hpp"
 #include "reference/datagen.hpp"
+#include "reference/formats.hpp"
+#include "reference/gemm.hpp"
+#include "reference/metrics.hpp"
+#include "results/h5.hpp"
 
 namespace fp8moe::kernels::bench {
 namespace {
@@ -26,19 +41,26 @@ struct Shape {
 
 int g_row = 0;
 
+// What a row's figure was checked against, and how many elements failed (any > 0 fails the bench).
+struct Check {
+  std::int64_t wrong = 0;
+  std::string how;
+};
+
 double tflops_of(const Shape& s, double ms) {
   return 2.0 * static_cast<double>(s.E * s.Me) * static_cast<double>(s.N) * static_cast<double>(s.K) / (ms * 1e-3) / 1e12;
 }
 
 // One table row; base_ms > 0: the per-tensor baseline's median of the same pass and shape.
-void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, double base_ms = 0) {
+void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0) {
   const double tflops = tflops_of(s, ms);
   const double base = base_ms > 0 ? tflops_of(s, base_ms) : 0;
   char extra[64] = "|          - |      - |";
   if (base_ms > 0) std::snprintf(extra, sizeof extra, "| %10.1f | %5.1f%% |", base, 100.0 * tflops / base);
-  std::printf("| %-13s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s\n", backend, pass_name(p),
+  if (c.wrong != 0) ++failed_checks();
+  std::printf("| %-13s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s %9lld | %s\n", backend, pass_name(p),
               static_cast<long long>(s.E), static_cast<long long>(s.Me), static_cast<long long>(s.N),
-              static_cast<long long>(s.K), ms, tflops, extra);
+              static_cast<long long>(s.K), ms, tflops, extra, static_cast<long long>(c.wrong), c.how.c_str());
   std::fflush(stdout);
   if (!rows) return;
   char name[32];
@@ -53,6 +75,8 @@ void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms
   g.set_attr("median_ms", ms);
   g.set_attr("tflops", tflops);
   g.set_attr("runs", kRuns);
+  g.set_attr("wrong", c.wrong);
+  g.set_attr("check", c.how);
   if (base_ms > 0) {
     g.set_attr("baseline", "cublaslt per-tensor FP8, same codes and shapes");
     g.set_attr("baseline_median_ms", base_ms);
@@ -77,13 +101,58 @@ std::size_t estimate(std::int64_t in, std::int64_t out, std::size_t out_bytes) {
          (std::size_t{64} << 20);
 }
 
+// One cuBLASLt pass: `call` runs it into a bf16 buffer with the given scaling; `model` runs the
+// hopper-tc:cublas simt kernel with the options it is given into a float buffer.
+using LtCallFn = std::function<void(LtScaling, std::uint16_t*)>;
+using ModelFn = std::function<void(const GemmOptions&, float*)>;
+
+void lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
+             const LtCallFn& call, const ModelFn& model, h5::Group* rows) {
+  const auto n = static_cast<std::size_t>(n_out);
+  DeviceBuffer<std::uint16_t> out(n);
+  out.fill_sentinel();
+  call(LtScaling::block, out.get());
+  FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cublaslt check", s));
+  const std::vector<std::uint16_t> checked = download(out.get(), n);
+  std::vector<float> got(n);
+  for (std::size_t i = 0; i < n; ++i) got[i] = bf16_to_f32(checked[i]);
+  GemmOptions m = opt;
+  m.mode = Mode::hopper_tc;
+  m.promotion = Promotion::cublas;
+  m.split_k = lt.last_split_k(static_cast<std::size_t>(s.E));
+  std::vector<float> want;
+  {
+    DeviceBuffer<float> mo(n);
+    mo.fill_sentinel();
+    model(m, mo.get());
+    want = download(mo.get(), n);
+  }
+  Check c{bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, cuBLASLt's splits)"};
+
+  const double blk = median_ms([&] { call(LtScaling::block, out.get()); });
+  FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cublaslt timing", s));
+  const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
+  c.wrong += drift;
+  if (drift) c.how += "; timed output differs from the checked one";
+
+  DeviceBuffer<std::uint16_t> base(n);
+  base.fill_sentinel();
+  call(LtScaling::per_tensor, base.get());
+  std::int64_t nonfinite = 0;
+  for (const std::uint16_t b : download(base.get(), n)) nonfinite += !std::isfinite(bf16_to_f32(b));
+  c.wrong += nonfinite;
+  c.how += nonfinite ? "; per-tensor baseline has non-finite outputs" : "; per-tensor baseline finite";
+  const double pt = median_ms([&] { call(LtScaling::per_tensor, base.get()); });
+  row(rows, "cublaslt", p, s, blk, c, pt);
+}
+
 void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
   opt.promotion = Promotion::cublas;
   {  // fwd: A (M,K) 1x128, W (E,N,K) 128x128 -> (M,N) bf16
-    require_device_memory(estimate(M * s.K + s.E * s.N * s.K, M * s.N, 2), shape_name("cublaslt fwd", s));
+    require_device_memory(estimate(M * s.K + s.E * s.N * s.K, M * s.N, 2 + 4 + 2), shape_name("cublaslt fwd", s));
     DeviceQuantized a_q, w_q;
     {
       const DeviceBuffer<float> a = generate_device({M, s.K}, Dist::normal, 1, kTensorA);
@@ -93,13 +162,12 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
       const DeviceBuffer<float> w = generate_device({s.E, s.N, s.K}, Dist::normal, 1, kTensorW);
       w_q = quantize<float>(Recipe::weight_fwd, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
     }
-    DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(M * s.N));
-    const double blk = median_ms([&] { lt.fwd(a_q, w_q, offs, opt, out.get()); });
-    const double pt = median_ms([&] { lt.fwd(a_q, w_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
-    row(rows, "cublaslt", Pass::fwd, s, blk, pt);
+    lt_pass(lt, Pass::fwd, s, M * s.N, opt,
+            [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
+            [&](const GemmOptions& m, float* out) { simt_grouped_fwd(a_q, w_q, offs, m, out); }, rows);
   }
   {  // dgrad: dOut (M,N) 1x128, W (E,N,K) as 128x128T (E,K,N) -> (M,K) bf16
-    require_device_memory(estimate(M * s.N + s.E * s.N * s.K, M * s.K, 2), shape_name("cublaslt dgrad", s));
+    require_device_memory(estimate(M * s.N + s.E * s.N * s.K, M * s.K, 2 + 4 + 2), shape_name("cublaslt dgrad", s));
     DeviceQuantized g_q, w_q;
     {
       const DeviceBuffer<float> g = generate_device({M, s.N}, Dist::normal, 1, kTensorGradOut);
@@ -109,13 +177,12 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
       const DeviceBuffer<float> w = generate_device({s.E, s.N, s.K}, Dist::normal, 1, kTensorW);
       w_q = quantize<float>(Recipe::weight_dgrad, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
     }
-    DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(M * s.K));
-    const double blk = median_ms([&] { lt.dgrad(g_q, w_q, offs, opt, out.get()); });
-    const double pt = median_ms([&] { lt.dgrad(g_q, w_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
-    row(rows, "cublaslt", Pass::dgrad, s, blk, pt);
+    lt_pass(lt, Pass::dgrad, s, M * s.K, opt,
+            [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
+            [&](const GemmOptions& m, float* out) { simt_grouped_dgrad(g_q, w_q, offs, m, out); }, rows);
   }
   {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16
-    require_device_memory(estimate(M * (s.N + s.K), s.E * s.N * s.K, 2), shape_name("cublaslt wgrad", s));
+    require_device_memory(estimate(M * (s.N + s.K), s.E * s.N * s.K, 2 + 4 + 2), shape_name("cublaslt wgrad", s));
     DeviceQuantized g_q, a_q;
     {
       const DeviceBuffer<float> g = generate_device({M, s.N}, Dist::normal, 1, kTensorGradOut);
@@ -123,14 +190,32 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
     }
     {
       const DeviceBuffer<float> a = generate_device({M, s.K}, Dist::normal, 1, kTensorA);
-      a_q = quantize<float>(Recipe::kgrouped_lhs, a.get(), {M, s.K}, offs, opt.quant);
+      a_q = quantize<float>(Recipe::kgrouped_rhs, a.get(), {M, s.K}, offs, opt.quant);
     }
-    DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(s.E * s.N * s.K));
-    const double blk = median_ms([&] { lt.wgrad(g_q, a_q, offs, opt, out.get()); });
-    const double pt = median_ms([&] { lt.wgrad(g_q, a_q, offs, opt, out.get(), nullptr, LtScaling::per_tensor); });
-    row(rows, "cublaslt", Pass::wgrad, s, blk, pt);
+    lt_pass(lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
+            [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, a_q, offs, opt, out, nullptr, sc); },
+            [&](const GemmOptions& m, float* out) { simt_grouped_wgrad(g_q, a_q, offs, m, out); }, rows);
   }
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after cublaslt", s));
+}
+
+// The simt kernel's output bitwise the CPU reference on the same codes (float vs double values).
+Check simt_check(const std::vector<float>& got, const TensorD& want) {
+  std::int64_t wrong = got.size() == want.data.size() ? 0 : static_cast<std::int64_t>(got.size());
+  for (std::size_t i = 0; wrong == 0 && i < got.size(); ++i) {
+    const float w = static_cast<float>(want.data[i]);
+    wrong += std::memcmp(&got[i], &w, sizeof w) != 0;
+  }
+  return {wrong, "bitwise vs CPU reference promote-fp32:deepgemm, same codes"};
+}
+
+Check hp64_check(const std::vector<double>& got, const TensorD& want) {
+  const double db = sqnr_db(want.data, got);
+  char how[96];
+  std::snprintf(how, sizeof how, "SQNR %.1f dB vs CPU hp64 (>= 250)", db);
+  std::int64_t nonfinite = 0;
+  for (const double v : got) nonfinite += !std::isfinite(v);
+  return {nonfinite + (db >= 250.0 ? 0 : 1), how};
 }
 
 void bench_cuda_cores(const Shape& s, h5::Group* rows) {
@@ -147,25 +232,50 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
   const DeviceQuantized wt_q = quantize<float>(Recipe::weight_dgrad, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
   const DeviceQuantized gt_q = quantize<float>(Recipe::kgrouped_lhs, g.get(), {M, s.N}, offs, opt.quant);
   const DeviceQuantized ar_q = quantize<float>(Recipe::kgrouped_rhs, a.get(), {M, s.K}, offs, opt.quant);
-  DeviceBuffer<float> out(static_cast<std::size_t>(std::max(M * std::max(s.N, s.K), s.E * s.N * s.K)));
-  DeviceBuffer<double> out64(out.size());
-  row(rows, "simt deepgemm", Pass::fwd, s, median_ms([&] { simt_grouped_fwd(a_q, w_q, offs, opt, out.get()); }));
-  row(rows, "simt deepgemm", Pass::dgrad, s, median_ms([&] { simt_grouped_dgrad(g_q, wt_q, offs, opt, out.get()); }));
-  row(rows, "simt deepgemm", Pass::wgrad, s, median_ms([&] { simt_grouped_wgrad(gt_q, ar_q, offs, opt, out.get()); }));
-  row(rows, "hp64", Pass::fwd, s,
-      median_ms([&] { hp64_grouped_fwd(a.get(), w.get(), M, s.N, s.K, offs, out64.get()); }));
-  row(rows, "hp64", Pass::dgrad, s,
-      median_ms([&] { hp64_grouped_dgrad(g.get(), w.get(), M, s.N, s.K, offs, out64.get()); }));
-  row(rows, "hp64", Pass::wgrad, s,
-      median_ms([&] { hp64_grouped_wgrad(g.get(), a.get(), M, s.N, s.K, offs, out64.get()); }));
+  const std::size_t n = static_cast<std::size_t>(std::max(M * std::max(s.N, s.K), s.E * s.N * s.K));
+  DeviceBuffer<float> out(n);
+  DeviceBuffer<double> out64(n);
+  const auto simt = [&](Pass p, const std::function<void()>& fn, std::int64_t n_out, const TensorD& want) {
+    out.fill_sentinel();
+    fn();
+    const Check c = simt_check(download(out.get(), static_cast<std::size_t>(n_out)), want);
+    row(rows, "simt deepgemm", p, s, median_ms(fn), c);
+  };
+  simt(Pass::fwd, [&] { simt_grouped_fwd(a_q, w_q, offs, opt, out.get()); }, M * s.N,
+       grouped_fwd_q(a_q.to_host(), w_q.to_host(), offs, opt));
+  simt(Pass::dgrad, [&] { simt_grouped_dgrad(g_q, wt_q, offs, opt, out.get()); }, M * s.K,
+       grouped_dgrad_q(g_q.to_host(), wt_q.to_host(), offs, opt));
+  simt(Pass::wgrad, [&] { simt_grouped_wgrad(gt_q, ar_q, offs, opt, out.get()); }, s.E * s.N * s.K,
+       grouped_wgrad_q(gt_q.to_host(), ar_q.to_host(), offs, opt));
+
+  GemmOptions hp;
+  hp.mode = Mode::hp64;
+  const auto host = [](std::vector<std::int64_t> shape, const float* dev) {
+    TensorF t(std::move(shape));
+    t.data = download(dev, t.data.size());
+    return t;
+  };
+  const TensorF ah = host({M, s.K}, a.get()), wh = host({s.E, s.N, s.K}, w.get()), gh = host({M, s.N}, g.get());
+  const auto hp64 = [&](Pass p, const std::function<void()>& fn, std::int64_t n_out, const TensorD& want) {
+    out64.fill_sentinel();
+    fn();
+    const Check c = hp64_check(download(out64.get(), static_cast<std::size_t>(n_out)), want);
+    row(rows, "hp64", p, s, median_ms(fn), c);
+  };
+  hp64(Pass::fwd, [&] { hp64_grouped_fwd(a.get(), w.get(), M, s.N, s.K, offs, out64.get()); }, M * s.N,
+       grouped_fwd(ah, wh, offs, hp));
+  hp64(Pass::dgrad, [&] { hp64_grouped_dgrad(g.get(), w.get(), M, s.N, s.K, offs, out64.get()); }, M * s.K,
+       grouped_dgrad(gh, wh, offs, hp));
+  hp64(Pass::wgrad, [&] { hp64_grouped_wgrad(g.get(), a.get(), M, s.N, s.K, offs, out64.get()); }, s.E * s.N * s.K,
+       grouped_wgrad(gh, ah, offs, hp));
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after the CUDA-core GEMMs", s));
 }
 
 }  // namespace
 
 void bench_gemms(h5::Group* rows) {
-  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | per-tensor | ratio  |\n");
-  std::printf("|---------------|-------|-----------------------|-----------|----------|------------|--------|\n");
+  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | per-tensor | ratio  |     wrong | checked as\n");
+  std::printf("|---------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
   CublasLtGrouped lt;
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
                          Shape{16, 2048, 5120, 8192}}) {
