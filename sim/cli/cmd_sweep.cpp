@@ -48,27 +48,27 @@ int cmd_sweep(const Args& args) {
   set_threads(vm["threads"].as<int>());
   sim::SweepOptions o;
   if (vm.count("files")) o.files = vm["files"].as<std::vector<std::string>>();
-  o.only = vm["only"].as<std::string>();
-  o.backend = vm["backend"].as<std::string>();
+  o.settings.only = vm["only"].as<std::string>();
+  o.settings.backend = vm["backend"].as<std::string>();
   o.out = vm["out"].as<std::string>();
   if (vm.count("resume")) {
     o.resume = vm["resume"].as<std::string>();
-    if (!o.files.empty() || !o.only.empty() || !o.backend.empty() || !o.out.empty() || vm["save-blocks"].as<bool>() ||
+    if (!o.files.empty() || !o.settings.only.empty() || !o.settings.backend.empty() || !o.out.empty() || vm["save-blocks"].as<bool>() ||
         vm["save-tensors"].as<bool>() || vm.count("shard")) {
       fail("--resume takes its scenarios and options from the file: give it alone (with --threads, --quiet, --mesh ",
            "and --timeout at most)");
     }
   }
   o.force = vm["force"].as<bool>();
-  o.save_blocks = vm["save-blocks"].as<bool>();
-  o.save_tensors = vm["save-tensors"].as<bool>();
+  o.settings.save_blocks = vm["save-blocks"].as<bool>();
+  o.settings.save_tensors = vm["save-tensors"].as<bool>();
   o.quiet = vm["quiet"].as<bool>();
   o.argv = join_args("sweep", args);
   o.mesh = vm["mesh"].as<std::string>();
   (void)sim::parse_mesh_kind(o.mesh);  // a bad --mesh is named before anything runs
   o.timeout_s = vm["timeout"].as<double>();
   if (!(o.timeout_s > 0)) fail("--timeout must be > 0 seconds, got ", o.timeout_s);
-  if (vm.count("shard")) std::tie(o.shard_index, o.shard_count) = sim::parse_shard(vm["shard"].as<std::string>());
+  if (vm.count("shard")) std::tie(o.settings.shard_index, o.settings.shard_count) = sim::parse_shard(vm["shard"].as<std::string>());
   return sim::run_sweep(o);
 }
 

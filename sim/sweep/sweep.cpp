@@ -218,58 +218,69 @@ std::pair<int, int> parse_shard(const std::string& s) {
   return {i, n};
 }
 
+// ---- The settings: one value, one message between processes, one set of root attributes.
+
+void SweepSettings::to_attributes(h5::File& f) const {
+  f.set_attr("scenario_text", scenario_text);
+  f.set_attr("only", only);
+  f.set_attr("backend_override", backend);
+  f.set_attr("save_blocks", save_blocks ? 1 : 0);
+  f.set_attr("save_tensors", save_tensors ? 1 : 0);
+  f.set_attr("shard_index", shard_index);
+  f.set_attr("shard_count", shard_count);
+}
+
+SweepSettings SweepSettings::from_attributes(const h5::File& f) {
+  SweepSettings s;
+  s.scenario_text = f.attr_string("scenario_text").value_or("");
+  s.only = f.attr_string("only").value_or("");
+  s.backend = f.attr_string("backend_override").value_or("");
+  s.save_blocks = f.attr_int("save_blocks").value_or(0) != 0;
+  s.save_tensors = f.attr_int("save_tensors").value_or(0) != 0;
+  s.shard_index = static_cast<int>(f.attr_int("shard_index").value_or(0));
+  s.shard_count = static_cast<int>(f.attr_int("shard_count").value_or(1));
+  return s;
+}
+
 namespace {
 
-// What the root process decides before any case runs, and sends to the other processes.
-struct SweepStart {
-  std::string text;     // the scenario files (stored_text)
-  std::string only, backend, out;
-  bool save_blocks = false, save_tensors = false;
-  std::set<std::int64_t> done;  // case ids with committed rows (resume)
-  int shard_index = 0, shard_count = 1;
+constexpr char kFieldSep = '\x1e';
 
-  std::string pack() const {
-    std::string ids;
-    for (auto id : done) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-    const char sep = '\x1e';
-    return fmt::format("{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}", text, sep, only, sep, backend, sep, out, sep,
-                       save_blocks ? 1 : 0, sep, save_tensors ? 1 : 0, sep, ids, sep, shard_index, sep, shard_count);
+// `s` cut at every `sep`: n separators, n + 1 fields ("" is one empty field).
+std::vector<std::string> split_at(const std::string& s, char sep) {
+  std::vector<std::string> f;
+  std::size_t pos = 0;
+  for (;;) {
+    const std::size_t at = s.find(sep, pos);
+    f.push_back(s.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
+    if (at == std::string::npos) break;
+    pos = at + 1;
   }
-  static SweepStart unpack(const std::string& s) {
-    std::vector<std::string> f;
-    std::size_t pos = 0;
-    for (;;) {
-      const std::size_t at = s.find('\x1e', pos);
-      f.push_back(s.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
-      if (at == std::string::npos) break;
-      pos = at + 1;
-    }
-    if (f.size() != 9) fail("sweep start: a message of ", f.size(), " fields from rank 0, expected 9");
-    SweepStart st;
-    st.text = f[0];
-    st.only = f[1];
-    st.backend = f[2];
-    st.out = f[3];
-    st.save_blocks = f[4] == "1";
-    st.save_tensors = f[5] == "1";
-    for (const std::string& id : split_commas(f[6])) st.done.insert(std::stoll(id));
-    st.shard_index = std::stoi(f[7]);
-    st.shard_count = std::stoi(f[8]);
-    return st;
-  }
+  return f;
+}
 
-  static std::vector<std::string> split_commas(const std::string& s) {
-    std::vector<std::string> v;
-    std::size_t pos = 0;
-    while (pos < s.size()) {
-      const std::size_t at = s.find(',', pos);
-      v.push_back(s.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
-      if (at == std::string::npos) break;
-      pos = at + 1;
-    }
-    return v;
-  }
-};
+}  // namespace
+
+std::string SweepSettings::pack() const {
+  return fmt::format("{}{}{}{}{}{}{}{}{}{}{}{}{}", scenario_text, kFieldSep, only, kFieldSep, backend, kFieldSep,
+                     save_blocks ? 1 : 0, kFieldSep, save_tensors ? 1 : 0, kFieldSep, shard_index, kFieldSep, shard_count);
+}
+
+SweepSettings SweepSettings::unpack(const std::string& message) {
+  const std::vector<std::string> f = split_at(message, kFieldSep);
+  if (f.size() != 7) fail("sweep start: a message of ", f.size(), " fields from rank 0, expected 7");
+  SweepSettings s;
+  s.scenario_text = f[0];
+  s.only = f[1];
+  s.backend = f[2];
+  s.save_blocks = f[3] == "1";
+  s.save_tensors = f[4] == "1";
+  s.shard_index = std::stoi(f[5]);
+  s.shard_count = std::stoi(f[6]);
+  return s;
+}
+
+namespace {
 
 // Runs `fn` where it belongs and agrees over the launch on whether it failed: every process then
 // stops together (the one that failed with its own message, the others saying why they stop).
@@ -287,292 +298,371 @@ void agreed(MeshRuntime& rt, const char* phase, F&& fn) {
   }
 }
 
-}  // namespace
+// run_sweep in phases: open or resume (the scenarios and settings), plan (the cases this process
+// runs), open the output (create the file, or take a resumed file's committed rows), run.
 
-int run_sweep(const SweepOptions& opt_in) {
-  SweepOptions opt = opt_in;
-  // First: the runtime (--mesh mpi re-executes as fp8moe-mpi here, before anything is written).
-  RuntimeOptions ro;
-  ro.timeout_s = opt.timeout_s;
-  const std::unique_ptr<MeshRuntime> rt = make_mesh_runtime(parse_mesh_kind(opt.mesh), ro);
-  const bool root = rt->is_root();
-  if (!root) opt.quiet = true;
-
+// One sweep's state across its phases, on every process; the file, its writer and the committed
+// rows are the root's.
+struct Sweep {
+  Sweep(MeshRuntime& r, const SweepOptions& o) : rt(r), root(r.is_root()), opt(o), out(o.out) {
+    if (!root) opt.quiet = true;
+  }
+  MeshRuntime& rt;
+  const bool root;
+  SweepOptions opt;  // settings: the file's on --resume, the root's on the other processes
+  std::string out;   // the result file
   std::vector<ScenarioFile> files;
   std::map<std::int64_t, std::vector<CaseRow>> done;  // committed rows by case id (resume), root
+  std::set<std::int64_t> done_ids;                    // their ids, on every process
   // Declared before the writer: the file is closed before its lock is released.
   std::optional<results::OutputFile> output;
   std::optional<results::SweepWriter> writer;
-  SweepStart start;
-  std::string out = opt.out;
-  agreed(*rt, "before it started", [&] {
-    if (!root) return;
-    if (!opt.resume.empty()) {
-      out = opt.resume;
-      // The lock first: a sweep still writing this file refuses the resume before it is read.
-      results::OutputRequest req;
-      req.path = out;
-      req.flag = "--resume";
-      req.resume = true;
-      output.emplace(req);
-      const h5::File f = results::open_sweep(out);
-      const std::string status = results::sweep_status(f);
-      const auto version = f.attr_string("tool_version").value_or("");
-      if (version != FP8MOE_VERSION) {
-        fail("'", out, "' was written by fp8moe ", version, ", this is ", FP8MOE_VERSION,
-             ": resume it with that version, or rerun the sweep");
-      }
-      files = files_from_text(f.attr_string("scenario_text").value_or(""), out);
-      opt.only = f.attr_string("only").value_or("");
-      opt.backend = f.attr_string("backend_override").value_or("");
-      opt.save_blocks = f.attr_int("save_blocks").value_or(0) != 0;
-      opt.save_tensors = f.attr_int("save_tensors").value_or(0) != 0;
-      opt.shard_index = static_cast<int>(f.attr_int("shard_index").value_or(0));
-      opt.shard_count = static_cast<int>(f.attr_int("shard_count").value_or(1));
-      const std::string mesh = f.attr_string("mesh_runtime").value_or("fake");
-      if (mesh != opt.mesh) {
-        fail("'", out, "' was swept with --mesh ", mesh, ": resume it with --mesh ", mesh,
-             " so that every case runs on the same kind of mesh");
-      }
-      if (!opt.quiet) fmt::print(stderr, "# resuming '{}' (status {})\n", out, status);
-    } else {
-      files = load_files(opt.files);
-      if (out.empty()) out = default_out(opt.files);
-    }
-    start.text = stored_text(files);
-    start.only = opt.only;
-    start.backend = opt.backend;
-    start.out = out;
-    start.save_blocks = opt.save_blocks;
-    start.save_tensors = opt.save_tensors;
-    start.shard_index = opt.shard_index;
-    start.shard_count = opt.shard_count;
-  });
-  if (rt->launch_world() > 1) {
-    start = SweepStart::unpack(rt->broadcast(root ? start.pack() : std::string()));
-    if (!root) {
-      files = files_from_text(start.text, start.out);
-      opt.only = start.only;
-      opt.backend = start.backend;
-      opt.save_blocks = start.save_blocks;
-      opt.save_tensors = start.save_tensors;
-      opt.shard_index = start.shard_index;
-      opt.shard_count = start.shard_count;
-      out = start.out;
-    }
-  }
+};
 
-  // Everything that can be wrong with the input is found here, before any file is touched.
+// The cases of the sweep and the slice of them this process runs.
+struct SweepPlan {
   scenarios::Expansion ex;
-  std::vector<const Case*> runnable;
+  std::vector<const Case*> runnable;  // into ex.cases
   std::size_t launch_rejected = 0, other_shards = 0;
   std::string launch_why;
-  agreed(*rt, "before it started", [&] {
-    ex = scenarios::expand(files, {opt.only, opt.backend, available_memory()});
-    for (Case& c : ex.cases) {
-      if (!c.rejected.empty()) continue;
-      const std::string why = rt->cannot_run(Mesh::parse(c.mesh));
-      if (why.empty()) continue;
-      c.rejected = why;
-      if (launch_why.empty()) launch_why = why;
-      --ex.runnable;
-      ++ex.rejected;
-      ++launch_rejected;
-    }
-    if (ex.runnable == 0) {
-      fail("no case to run: ", ex.cases.size(), " expanded, all rejected", opt.only.empty() ? "" : " or filtered by --only",
-           launch_rejected ? fmt::format(" ({} because this --mesh {} launch cannot hold their mesh)", launch_rejected, opt.mesh)
-                           : std::string(),
-           " (fp8moe list shows why)");
-    }
-    check_memory(ex.cases, rt->kind());
-    std::size_t position = 0;
-    for (const Case& c : ex.cases) {
-      if (!c.rejected.empty()) continue;
-      if (static_cast<int>(position++ % static_cast<std::size_t>(opt.shard_count)) == opt.shard_index) {
-        runnable.push_back(&c);
-      } else {
-        ++other_shards;
-      }
-    }
-    if (runnable.empty()) {
-      fail("--shard ", opt.shard_index, "/", opt.shard_count, ": this slice holds none of the ", ex.runnable,
-           " runnable cases; use fewer shards");
-    }
-  });
-  if (root && launch_rejected) {
-    fmt::print(stderr, "# fp8moe sweep: {} cases rejected because this --mesh {} launch cannot hold their mesh, e.g.: {}\n",
-               launch_rejected, opt.mesh, launch_why);
-  }
+};
 
-  agreed(*rt, "before it started", [&] {
-    if (!root) return;
-    if (!opt.resume.empty()) {
-      writer.emplace(results::SweepWriter::resume(output->path()));
-      std::map<std::int64_t, std::string> keys;
-      for (const Case* c : runnable) keys[c->id] = c->key();
-      for (const CaseRow& r : writer->rows()) {
-        if (!keys.count(r.case_id) || keys[r.case_id] != r.case_key) {
-          writer->fail_quietly("resume: the committed cases do not match the stored scenario text");
-          fail("'", out, "': committed case ", r.case_id, " (", r.case_key,
-               ") is not what its scenario text expands to: the file cannot be resumed; rerun the sweep");
-        }
-        done[r.case_id].push_back(r);
-      }
+// ---- Open or resume.
+
+// --resume: the file locked first (a sweep still writing it refuses the resume before it is read),
+// then its version, scenarios, settings and mesh kind.
+void read_resumed(Sweep& s) {
+  s.out = s.opt.resume;
+  results::OutputRequest req;
+  req.path = s.out;
+  req.flag = "--resume";
+  req.resume = true;
+  s.output.emplace(req);
+  const h5::File f = results::open_sweep(s.out);
+  const std::string status = results::sweep_status(f);
+  const auto version = f.attr_string("tool_version").value_or("");
+  if (version != FP8MOE_VERSION) {
+    fail("'", s.out, "' was written by fp8moe ", version, ", this is ", FP8MOE_VERSION,
+         ": resume it with that version, or rerun the sweep");
+  }
+  s.opt.settings = SweepSettings::from_attributes(f);
+  s.files = files_from_text(s.opt.settings.scenario_text, s.out);
+  const std::string mesh = f.attr_string("mesh_runtime").value_or("fake");
+  if (mesh != s.opt.mesh) {
+    fail("'", s.out, "' was swept with --mesh ", mesh, ": resume it with --mesh ", mesh,
+         " so that every case runs on the same kind of mesh");
+  }
+  if (!s.opt.quiet) fmt::print(stderr, "# resuming '{}' (status {})\n", s.out, status);
+}
+
+// The root reads the scenarios and settings (the files and flags, or the file --resume names) and
+// sends them to the other processes.
+void open_or_resume(Sweep& s) {
+  agreed(s.rt, "before it started", [&] {
+    if (!s.root) return;
+    if (!s.opt.resume.empty()) {
+      read_resumed(s);
     } else {
-      // Checked and locked before anything is touched (results/output_file.hpp).
-      results::OutputRequest req;
-      req.path = out;
-      req.force = opt.force;
-      req.make_parent = true;  // results/runs/ of the default --out
-      req.exists_fix = cat("finish it with --resume ", out, ", overwrite it with --force, or choose --out");
-      output.emplace(req);
-      results::Attrs attrs = provenance();
-      for (auto& kv : rt->provenance()) attrs.push_back(std::move(kv));
-      std::string paths, seeds;
-      std::set<std::uint64_t> seed_set;
-      for (const auto& f : files) paths += (paths.empty() ? "" : ",") + f.path;
-      for (const Case* c : runnable) seed_set.insert(c->seed);
-      for (auto s : seed_set) seeds += (seeds.empty() ? "" : ",") + std::to_string(s);
-      attrs.emplace_back("argv", opt.argv);
-      attrs.emplace_back("scenario_text", stored_text(files));
-      attrs.emplace_back("scenario_files", paths);
-      attrs.emplace_back("only", opt.only);
-      attrs.emplace_back("backend_override", opt.backend);
-      attrs.emplace_back("seed", seeds);
-      attrs.emplace_back("started_utc", utc_now());
-      try {
-        writer.emplace(results::SweepWriter::create(output->tmp(), attrs, static_cast<std::int64_t>(runnable.size())));
-        writer->file().set_attr("save_blocks", opt.save_blocks ? 1 : 0);
-        writer->file().set_attr("save_tensors", opt.save_tensors ? 1 : 0);
-        writer->file().set_attr("shard_index", opt.shard_index);
-        writer->file().set_attr("shard_count", opt.shard_count);
-        writer->file().flush();
-      } catch (const Error&) {
-        if (writer) writer->file().abandon();  // PATH.tmp is removed with the lock
-        throw;
-      }
-      output->publish();  // the header is complete: PATH.tmp becomes PATH, the open file follows
-      writer->moved_to(output->path());
+      s.files = load_files(s.opt.files);
+      if (s.out.empty()) s.out = default_out(s.opt.files);
     }
-    for (const auto& kv : done) start.done.insert(kv.first);
+    s.opt.settings.scenario_text = stored_text(s.files);
   });
-  if (rt->launch_world() > 1) {
-    // Which cases the file already holds: the other processes skip them too.
-    SweepStart ids;
-    ids.done = start.done;
-    start.done = SweepStart::unpack(rt->broadcast(root ? ids.pack() : std::string())).done;
-  } else {
-    for (const auto& kv : done) start.done.insert(kv.first);
+  if (s.rt.launch_world() > 1) {
+    s.opt.settings = SweepSettings::unpack(s.rt.broadcast(s.root ? s.opt.settings.pack() : std::string()));
+    s.out = s.rt.broadcast(s.root ? s.out : std::string());
+    if (!s.root) s.files = files_from_text(s.opt.settings.scenario_text, s.out);
   }
+}
 
-  // The table: widths from every runnable case's row template.
+// ---- Plan: everything that can be wrong with the input is found here, before any file is touched.
+
+// The expansion, with the cases this launch's mesh cannot hold rejected.
+void expand_for_launch(const Sweep& s, SweepPlan& p) {
+  const SweepSettings& st = s.opt.settings;
+  p.ex = scenarios::expand(s.files, {st.only, st.backend, available_memory()});
+  for (Case& c : p.ex.cases) {
+    if (!c.rejected.empty()) continue;
+    const std::string why = s.rt.cannot_run(Mesh::parse(c.mesh));
+    if (why.empty()) continue;
+    c.rejected = why;
+    if (p.launch_why.empty()) p.launch_why = why;
+    --p.ex.runnable;
+    ++p.ex.rejected;
+    ++p.launch_rejected;
+  }
+  if (p.ex.runnable == 0) {
+    fail("no case to run: ", p.ex.cases.size(), " expanded, all rejected", st.only.empty() ? "" : " or filtered by --only",
+         p.launch_rejected ? fmt::format(" ({} because this --mesh {} launch cannot hold their mesh)", p.launch_rejected, s.opt.mesh)
+                           : std::string(),
+         " (fp8moe list shows why)");
+  }
+}
+
+// The runnable cases of this process's --shard slice.
+void take_shard(const SweepSettings& st, SweepPlan& p) {
+  std::size_t position = 0;
+  for (const Case& c : p.ex.cases) {
+    if (!c.rejected.empty()) continue;
+    if (static_cast<int>(position++ % static_cast<std::size_t>(st.shard_count)) == st.shard_index) {
+      p.runnable.push_back(&c);
+    } else {
+      ++p.other_shards;
+    }
+  }
+  if (p.runnable.empty()) {
+    fail("--shard ", st.shard_index, "/", st.shard_count, ": this slice holds none of the ", p.ex.runnable,
+         " runnable cases; use fewer shards");
+  }
+}
+
+void plan_cases(const Sweep& s, SweepPlan& p) {
+  agreed(s.rt, "before it started", [&] {
+    expand_for_launch(s, p);
+    check_memory(p.ex.cases, s.rt.kind());
+    take_shard(s.opt.settings, p);
+  });
+  if (s.root && p.launch_rejected) {
+    fmt::print(stderr, "# fp8moe sweep: {} cases rejected because this --mesh {} launch cannot hold their mesh, e.g.: {}\n",
+               p.launch_rejected, s.opt.mesh, p.launch_why);
+  }
+}
+
+// ---- Open the output.
+
+// --resume: the file's committed rows, each checked against what its scenario text expands to.
+void resume_output(Sweep& s, const SweepPlan& p) {
+  s.writer.emplace(results::SweepWriter::resume(s.output->path()));
+  std::map<std::int64_t, std::string> keys;
+  for (const Case* c : p.runnable) keys[c->id] = c->key();
+  for (const CaseRow& r : s.writer->rows()) {
+    if (!keys.count(r.case_id) || keys[r.case_id] != r.case_key) {
+      s.writer->fail_quietly("resume: the committed cases do not match the stored scenario text");
+      fail("'", s.out, "': committed case ", r.case_id, " (", r.case_key,
+           ") is not what its scenario text expands to: the file cannot be resumed; rerun the sweep");
+    }
+    s.done[r.case_id].push_back(r);
+  }
+}
+
+// A new file: checked and locked before anything is touched (results/output_file.hpp), written
+// as PATH.tmp with its whole header, then published as PATH.
+void create_output(Sweep& s, const SweepPlan& p) {
+  results::OutputRequest req;
+  req.path = s.out;
+  req.force = s.opt.force;
+  req.make_parent = true;  // results/runs/ of the default --out
+  req.exists_fix = cat("finish it with --resume ", s.out, ", overwrite it with --force, or choose --out");
+  s.output.emplace(req);
+  results::Attrs attrs = provenance();
+  for (auto& kv : s.rt.provenance()) attrs.push_back(std::move(kv));
+  std::string paths, seeds;
+  std::set<std::uint64_t> seed_set;
+  for (const auto& f : s.files) paths += (paths.empty() ? "" : ",") + f.path;
+  for (const Case* c : p.runnable) seed_set.insert(c->seed);
+  for (auto x : seed_set) seeds += (seeds.empty() ? "" : ",") + std::to_string(x);
+  attrs.emplace_back("argv", s.opt.argv);
+  attrs.emplace_back("scenario_files", paths);
+  attrs.emplace_back("seed", seeds);
+  attrs.emplace_back("started_utc", utc_now());
+  try {
+    s.writer.emplace(results::SweepWriter::create(s.output->tmp(), attrs, static_cast<std::int64_t>(p.runnable.size())));
+    s.opt.settings.to_attributes(s.writer->file());
+    s.writer->file().flush();
+  } catch (const Error&) {
+    if (s.writer) s.writer->file().abandon();  // PATH.tmp is removed with the lock
+    throw;
+  }
+  s.output->publish();  // the header is complete: PATH.tmp becomes PATH, the open file follows
+  s.writer->moved_to(s.output->path());
+}
+
+std::string join_ids(const std::set<std::int64_t>& ids) {
+  std::string s;
+  for (auto id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+std::set<std::int64_t> split_ids(const std::string& s) {
+  std::set<std::int64_t> ids;
+  if (s.empty()) return ids;
+  for (const std::string& id : split_at(s, ',')) ids.insert(std::stoll(id));
+  return ids;
+}
+
+// The root creates or resumes the file; every process learns which cases it already holds.
+void open_output(Sweep& s, const SweepPlan& p) {
+  agreed(s.rt, "before it started", [&] {
+    if (!s.root) return;
+    if (!s.opt.resume.empty()) {
+      resume_output(s, p);
+    } else {
+      create_output(s, p);
+    }
+  });
+  for (const auto& kv : s.done) s.done_ids.insert(kv.first);
+  // Which cases the file already holds: the other processes skip them too.
+  if (s.rt.launch_world() > 1) s.done_ids = split_ids(s.rt.broadcast(s.root ? join_ids(s.done_ids) : std::string()));
+}
+
+// ---- Run.
+
+// What the rows said and where the time went, for the summary.
+struct Tally {
+  int ok = 0, failed = 0, errors = 0;
+  double min_db = std::numeric_limits<double>::infinity(), run_ms = 0, write_ms = 0;
+  void count(const CaseRow& row) {
+    if (row.status == "ok") {
+      ++ok;
+      if (row.sqnr_db < min_db) min_db = row.sqnr_db;
+    } else if (row.status == "fail") {
+      ++failed;
+    } else {
+      ++errors;
+    }
+  }
+};
+
+// The table (widths from every runnable case's row template) and its header, after the sweep's
+// one-line description.
+StreamTable start_table(const Sweep& s, const SweepPlan& p) {
   std::vector<CaseRow> hints;
-  double total_flops = 0;
-  for (const Case* c : runnable) {
+  for (const Case* c : p.runnable) {
     CaseRow h = case_row_template(*c);
     h.tensor = "grad_W";
     h.status = "error";
     hints.push_back(std::move(h));
-    total_flops += c->flops();
   }
-  const StreamTable table(sweep_columns_for(hints), hints);
-  if (root) {
+  StreamTable table(sweep_columns_for(hints), hints);
+  if (s.root) {
+    const SweepSettings& st = s.opt.settings;
     fmt::print("# fp8moe sweep: {} cases ({} to run{}, {} rejected: fp8moe list shows why) on --mesh {} -> {}\n",
-               ex.cases.size(), runnable.size(),
-               other_shards ? fmt::format(" in shard {}/{}, {} in the others", opt.shard_index, opt.shard_count,
-                                          other_shards)
-                            : std::string(),
-               ex.rejected, opt.mesh, out);
+               p.ex.cases.size(), p.runnable.size(),
+               p.other_shards ? fmt::format(" in shard {}/{}, {} in the others", st.shard_index, st.shard_count,
+                                            p.other_shards)
+                              : std::string(),
+               p.ex.rejected, s.opt.mesh, s.out);
     fmt::print("{}\n", table.header());
     std::fflush(stdout);
   }
+  return table;
+}
 
-  SignalGuard guard;
-  Progress progress(total_flops, runnable.size(), opt.quiet);
+// Runs one case; the root commits it (its saved groups first, with room for the whole case
+// reserved before its first byte: a full disk stops here, cleanly) and returns its rows.
+std::vector<CaseRow> run_and_commit(Sweep& s, const Case& c, Tally& t) {
+  const SweepSettings& st = s.opt.settings;
+  CaseResult r = run_case(c, st.save_blocks || st.save_tensors, &s.rt);
+  t.run_ms += r.time_ms;
+  if (!s.root) return {};
+  const auto w0 = std::chrono::steady_clock::now();
+  const bool groups = (st.save_blocks || st.save_tensors) && !r.error;
+  if (groups) {
+    s.writer->reserve(saved_bytes_bound(r.tensors, st.save_blocks, st.save_tensors) + s.writer->commit_bytes(r.rows),
+                      cat("case ", c.id));
+  }
+  if (st.save_blocks && !r.error) save_blocks(s.writer->case_group("blocks", c.id), c, r.tensors);
+  if (st.save_tensors && !r.error) save_tensors(s.writer->case_group("tensors", c.id), c, r.tensors);
+  s.writer->commit(r.rows);
+  t.write_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+  return std::move(r.rows);
+}
+
+// The root marks the file finished: `complete`, or `interrupted` with the resume command.
+void finish_file(Sweep& s, const char* status, const std::string& why) {
+  if (!s.root) return;
+  s.writer->reserve(4096, "the finish time");
+  s.writer->file().set_attr("finished_utc", utc_now());
+  s.writer->finish(status, why);
+}
+
+// Every process stops after the same case (a launcher forwards a signal to each at its own time):
+// true when a signal came before the last case, the file then marked interrupted.
+bool stop_on_signal(Sweep& s, const Progress& progress, std::size_t n_done, std::size_t n_cases) {
+  if (!(s.rt.any(g_signal.load() != 0) && n_done < n_cases)) return false;
+  const std::string why = fmt::format("interrupted by signal {} after {} of {} cases: fp8moe sweep --resume {}{}",
+                                      g_signal.load(), n_done, n_cases, s.out,
+                                      s.opt.mesh == "fake" ? "" : " --mesh " + s.opt.mesh);
+  if (s.root) {
+    finish_file(s, "interrupted", why);
+    progress.clear_line();
+    fmt::print(stderr, "fp8moe sweep: {}\n", why);
+  }
+  return true;
+}
+
+// The cases in order, each case's rows printed as it completes (a resumed file's committed cases
+// replayed); the file finished. Returns 130 when interrupted, else the tally.
+int run_all(Sweep& s, const SweepPlan& p, const StreamTable& table, Progress& progress, Tally& t) {
   std::size_t n_done = 0;
   double flops_done = 0;
-  int ok = 0, failed = 0, errors = 0;
-  double min_db = std::numeric_limits<double>::infinity(), run_ms = 0, write_ms = 0;
-  const bool keep = opt.save_blocks || opt.save_tensors;
+  for (const Case* c : p.runnable) {
+    std::vector<CaseRow> rows;
+    if (s.done_ids.count(c->id)) {
+      if (s.root) rows = s.done.at(c->id);
+    } else {
+      progress.update(flops_done, n_done, c->scenario + " " + c->mesh);
+      rows = run_and_commit(s, *c, t);
+    }
+    ++n_done;
+    flops_done += c->flops();
+    progress.clear_line();
+    for (const CaseRow& row : rows) {
+      fmt::print("{}\n", table.row(row));
+      t.count(row);
+    }
+    std::fflush(stdout);
+    progress.update(flops_done, n_done, c->scenario);
+    if (stop_on_signal(s, progress, n_done, p.runnable.size())) return 130;
+  }
+  s.rt.barrier();
+  finish_file(s, "complete", "");
+  return 0;
+}
+
+// Runs the plan and prints the summary. A failure marks the file failed (it keeps every committed
+// case); a full disk says how to resume.
+int run_cases(Sweep& s, const SweepPlan& p) {
+  const StreamTable table = start_table(s, p);
+  double total_flops = 0;
+  for (const Case* c : p.runnable) total_flops += c->flops();
+  SignalGuard guard;
+  Progress progress(total_flops, p.runnable.size(), s.opt.quiet);
+  Tally t;
   try {
-    for (const Case* c : runnable) {
-      std::vector<CaseRow> rows;
-      if (start.done.count(c->id)) {
-        if (root) rows = done.at(c->id);
-      } else {
-        progress.update(flops_done, n_done, c->scenario + " " + c->mesh);
-        CaseResult r = run_case(*c, keep, rt.get());
-        run_ms += r.time_ms;
-        if (root) {
-          const auto w0 = std::chrono::steady_clock::now();
-          // Room for the whole case before its first byte: a full disk stops here, cleanly.
-          const bool groups = (opt.save_blocks || opt.save_tensors) && !r.error;
-          if (groups) {
-            writer->reserve(saved_bytes_bound(r.tensors, opt.save_blocks, opt.save_tensors) + writer->commit_bytes(r.rows),
-                            cat("case ", c->id));
-          }
-          if (opt.save_blocks && !r.error) save_blocks(writer->case_group("blocks", c->id), *c, r.tensors);
-          if (opt.save_tensors && !r.error) save_tensors(writer->case_group("tensors", c->id), *c, r.tensors);
-          writer->commit(r.rows);
-          write_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
-          rows = std::move(r.rows);
-        }
-      }
-      ++n_done;
-      flops_done += c->flops();
-      progress.clear_line();
-      for (const CaseRow& row : rows) {
-        fmt::print("{}\n", table.row(row));
-        if (row.status == "ok") {
-          ++ok;
-          if (row.sqnr_db < min_db) min_db = row.sqnr_db;
-        } else if (row.status == "fail") {
-          ++failed;
-        } else {
-          ++errors;
-        }
-      }
-      std::fflush(stdout);
-      progress.update(flops_done, n_done, c->scenario);
-      // Every process stops after the same case (a launcher forwards a signal to each at its own time).
-      if (rt->any(g_signal.load() != 0) && n_done < runnable.size()) {
-        const std::string why = fmt::format("interrupted by signal {} after {} of {} cases: fp8moe sweep --resume {}{}",
-                                            g_signal.load(), n_done, runnable.size(), out,
-                                            opt.mesh == "fake" ? "" : " --mesh " + opt.mesh);
-        if (root) {
-          writer->reserve(4096, "the finish time");
-          writer->file().set_attr("finished_utc", utc_now());
-          writer->finish("interrupted", why);
-          progress.clear_line();
-          fmt::print(stderr, "fp8moe sweep: {}\n", why);
-        }
-        return 130;
-      }
-    }
-    rt->barrier();
-    if (root) {
-      writer->reserve(4096, "the finish time");
-      writer->file().set_attr("finished_utc", utc_now());
-      writer->finish("complete", "");
-    }
+    if (run_all(s, p, table, progress, t) == 130) return 130;
   } catch (const IoError& e) {
     // A full disk: the file keeps every committed case (the store reserved before each write).
-    if (writer) writer->fail_quietly(e.what());
+    if (s.writer) s.writer->fail_quietly(e.what());
     const std::string msg = e.what();
     if (msg.find("--resume") != std::string::npos) throw;
-    fail_io(msg, "; the file keeps its committed cases: free space, then fp8moe sweep --resume ", out);
+    fail_io(msg, "; the file keeps its committed cases: free space, then fp8moe sweep --resume ", s.out);
   } catch (const std::exception& e) {
-    if (writer) writer->fail_quietly(e.what());
+    if (s.writer) s.writer->fail_quietly(e.what());
     throw;
   }
-  if (!root) return 0;
+  if (!s.root) return 0;
   const double total_s = progress.elapsed();
   fmt::print("# summary: {} cases run, {} rows: {} ok, {} fail, {} error; lowest sqnr_hp64 {} dB; {} ({:.1f}% writing "
              "results); {}\n",
-             runnable.size(), ok + failed + errors, ok, failed, errors, format_db(min_db), duration(total_s),
-             run_ms + write_ms > 0 ? 100.0 * write_ms / (run_ms + write_ms) : 0.0, out);
-  return failed + errors > 0 ? 1 : 0;
+             p.runnable.size(), t.ok + t.failed + t.errors, t.ok, t.failed, t.errors, format_db(t.min_db),
+             duration(total_s), t.run_ms + t.write_ms > 0 ? 100.0 * t.write_ms / (t.run_ms + t.write_ms) : 0.0, s.out);
+  return t.failed + t.errors > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int run_sweep(const SweepOptions& opt) {
+  // First: the runtime (--mesh mpi re-executes as fp8moe-mpi here, before anything is written).
+  RuntimeOptions ro;
+  ro.timeout_s = opt.timeout_s;
+  const std::unique_ptr<MeshRuntime> rt = make_mesh_runtime(parse_mesh_kind(opt.mesh), ro);
+  Sweep s(*rt, opt);
+  open_or_resume(s);
+  SweepPlan plan;
+  plan_cases(s, plan);
+  open_output(s, plan);
+  return run_cases(s, plan);
 }
 
 }  // namespace fp8moe::sim

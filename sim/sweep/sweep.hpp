@@ -12,21 +12,41 @@
 #include <utility>
 #include <vector>
 
+namespace fp8moe::h5 {
+class File;
+}
+
 namespace fp8moe::sim {
+
+// The options a sweep's result file records (root attributes, results/SCHEMA.md): one value that
+// a new sweep writes, --resume reads back, and the root process sends to the others.
+struct SweepSettings {
+  std::string scenario_text;       // the scenario files as run, each after a `#@fp8moe-file: NAME`
+                                   // line (run_sweep fills it from SweepOptions::files)
+  std::string only;                // --only PATTERN
+  std::string backend;             // --backend (overrides the scenarios')
+  bool save_blocks = false, save_tensors = false;
+  int shard_index = 0, shard_count = 1;  // --shard I/N: the I-th of N disjoint slices of the cases
+
+  // As root attributes: scenario_text, only, backend_override, save_blocks, save_tensors,
+  // shard_index, shard_count. Reading, an absent one is the default above.
+  void to_attributes(h5::File& f) const;
+  static SweepSettings from_attributes(const h5::File& f);
+  // As one message between processes.
+  std::string pack() const;
+  static SweepSettings unpack(const std::string& message);
+};
 
 struct SweepOptions {
   std::vector<std::string> files;  // scenario files; empty: the embedded default
-  std::string only;                // --only PATTERN
-  std::string backend;             // --backend (overrides the scenarios')
+  SweepSettings settings;          // --resume: replaced by the file's
   std::string out;                 // --out FILE; empty: results/runs/<first file's stem>.h5
   std::string resume;              // --resume FILE
   bool force = false;              // overwrite an existing --out
-  bool save_blocks = false, save_tensors = false;
   bool quiet = false;              // no progress on stderr
   std::string argv;                // the command line, for provenance
   std::string mesh = "fake";       // --mesh: fake, fake-gpu, mpi, nccl (sim/comm/runtime.hpp)
   double timeout_s = 600;          // --timeout: a collective stuck this long ends the run (mpi, nccl)
-  int shard_index = 0, shard_count = 1;  // --shard I/N: the I-th of N disjoint slices of the cases
 };
 
 // "I/N" -> (I, N) with 0 <= I < N; anything else throws naming the form.
