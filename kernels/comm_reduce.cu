@@ -17,20 +17,13 @@ constexpr int kMaxGridY = 65535;            // CUDA's limit on gridDim.y
 
 __global__ void __launch_bounds__(kThreads)
     comm_reduce_kernel(const float* const* __restrict__ members, int n, const CommReduceChunk* __restrict__ chunks,
-                       CommReduceOrder order, bool bf16) {
+                       ReduceOrder order, bool bf16) {
   const CommReduceChunk c = chunks[blockIdx.y];
-  const bool ring = order == CommReduceOrder::ring;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < c.count; k += stride) {
     const std::int64_t at = c.offset + k;
-    int m = ring ? (c.owner + 1) % n : 0;  // member(0)
-    float acc = members[m][at];
-    if (bf16) acc = round_bf16(acc);
-    for (int s = 1; s < n; ++s) {
-      m = ring ? (c.owner + 1 + s) % n : s;
-      const float x = members[m][at];
-      acc = bf16 ? round_bf16(__fadd_rn(acc, round_bf16(x))) : __fadd_rn(acc, x);
-    }
+    float acc = reduce_first(members[reduce_member(order, c.owner, n, 0)][at], bf16);
+    for (int s = 1; s < n; ++s) acc = reduce_step(acc, members[reduce_member(order, c.owner, n, s)][at], bf16);
     c.out[k] = acc;
   }
 }
@@ -38,7 +31,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void comm_reduce_chunks(const float* const* members, int n, const CommReduceChunk* chunks, int nchunks,
-                        std::int64_t max_count, CommReduceOrder order, bool bf16, cudaStream_t stream) {
+                        std::int64_t max_count, ReduceOrder order, bool bf16, cudaStream_t stream) {
   if (n < 1 || n > kMaxGridY) fail("comm_reduce_chunks: ", n, " members (1 to ", kMaxGridY, " allowed)");
   if (nchunks < 0 || nchunks > kMaxGridY) fail("comm_reduce_chunks: ", nchunks, " chunks (0 to ", kMaxGridY, " allowed)");
   if (nchunks == 0 || max_count <= 0) return;
@@ -46,7 +39,7 @@ void comm_reduce_chunks(const float* const* members, int n, const CommReduceChun
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(nchunks));
   comm_reduce_kernel<<<grid, kThreads, 0, stream>>>(members, n, chunks, order, bf16);
   FP8MOE_CUDA_CHECK_LAUNCH("comm_reduce_kernel", n, " members, ", nchunks, " chunks of up to ", max_count, " values, ",
-                           bf16 ? "bf16" : "fp32", order == CommReduceOrder::ring ? " ring" : " ascending");
+                           bf16 ? "bf16" : "fp32", " ", reduce_order_name(order));
 }
 
 }  // namespace fp8moe::kernels

@@ -211,7 +211,7 @@ def _number(text: str) -> float:
 # ----------------------------------------------------------------------------- matching
 
 def glob_match(pattern: str, s: str) -> bool:
-    """scenarios/expand.cpp's glob_match, step for step: '*' and '?' only, so 'A=[S(1)]' is
+    """sim/sweep/expand.cpp's glob_match, step for step: '*' and '?' only, so 'A=[S(1)]' is
     literal (fnmatch would read [S(1)] as a character class)."""
     pi = si = mark = 0
     star = -1

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "reference/error.hpp"
-#include "sim/limits/limits.hpp"
 
 namespace fp8moe::scenarios {
 
@@ -146,9 +145,9 @@ std::vector<std::string> split_values(const std::string& raw, bool tuple) { retu
 
 ScenarioFile parse_scenario_text(const std::string& text, const std::string& path) {
   // The same bound as a file read (a --resume file's stored text is parsed here too).
-  if (static_cast<std::int64_t>(text.size()) > sim::kMaxScenarioBytes) {
+  if (static_cast<std::int64_t>(text.size()) > kMaxScenarioBytes) {
     fail(path.substr(path.find_last_of('/') + 1), ": scenario text of ", text.size(), " bytes exceeds the limit of ",
-         sim::kMaxScenarioBytes, " bytes: split it into several files");
+         kMaxScenarioBytes, " bytes: split it into several files");
   }
   ScenarioFile f;
   f.path = path;
@@ -206,11 +205,11 @@ ScenarioFile read_scenario_file(const std::string& path) {
   if (!in) fail("cannot read scenario file '", path, "': check the path (shipped files are in scenarios/)");
   // At most one byte past the limit: /dev/zero or a stray 1 GB file is refused after 16 MiB, not
   // read until memory runs out.
-  std::string text(static_cast<std::size_t>(sim::kMaxScenarioBytes) + 1, '\0');
+  std::string text(static_cast<std::size_t>(kMaxScenarioBytes) + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<std::size_t>(in.gcount()));
-  if (static_cast<std::int64_t>(text.size()) > sim::kMaxScenarioBytes) {
-    fail("scenario file '", path, "' is larger than the limit of ", sim::kMaxScenarioBytes,
+  if (static_cast<std::int64_t>(text.size()) > kMaxScenarioBytes) {
+    fail("scenario file '", path, "' is larger than the limit of ", kMaxScenarioBytes,
          " bytes (16 MiB): give a scenario file (shipped ones are a few KiB), or split it");
   }
   if (in.bad()) fail("cannot read scenario file '", path, "': a read error");

@@ -2,7 +2,7 @@
 // Scenario files (issue 4 item 1): INI text (the syntax of Boost.Program_options' config files,
 // parsed here so that every error has its line), one scenario per `[scenario.NAME]` section, shared keys in an optional `[defaults]` section.
 // Every key names one parameter of a case; a repeated key or a list of values makes it a sweep
-// axis, and the axes of a scenario expand as a cartesian product (scenarios/expand.hpp).
+// axis, and the axes of a scenario expand as a cartesian product (sim/sweep/expand.hpp).
 //
 //   [scenario.tp_fwd]            # one scenario
 //   level = op
@@ -11,10 +11,15 @@
 //   mode  = torchao-emulated, promote-fp32:cublas   # other keys: a comma (or ';') list
 //
 // scenarios/README.md documents every key and its values. Errors name the file and line.
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace fp8moe::scenarios {
+
+// The largest scenario text the parser reads (a file, or a sweep file's stored text): a scenario
+// is a few kilobytes; past this it is not a scenario (e.g. /dev/zero), refused before it is read.
+inline constexpr std::int64_t kMaxScenarioBytes = std::int64_t{16} << 20;
 
 // One value of a key, where it came from.
 struct Value {

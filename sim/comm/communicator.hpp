@@ -8,26 +8,26 @@
 // Reductions are deterministic: `ascending` sums members in group order; `ring` sums the chunk
 // owned by member c in ring order c+1, c+2, ..., c (as a ring reduce-scatter does). With the bf16
 // reduce dtype every contribution and every running sum is rounded to bf16 (a bf16 reduce-scatter).
+// The formula is reference/reduce.hpp's, which the GPU fake communicator's kernel uses too.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "reference/reduce.hpp"
 #include "sim/mesh/mesh.hpp"
 
 namespace fp8moe::sim {
 
-enum class ReduceOrder : std::uint8_t { ascending, ring };
-enum class ReduceDtype : std::uint8_t { fp32, bf16 };
-struct ReduceOptions {
-  ReduceOrder order = ReduceOrder::ascending;
-  ReduceDtype dtype = ReduceDtype::fp32;
-};
-const char* reduce_order_name(ReduceOrder o);
-const char* reduce_dtype_name(ReduceDtype d);
-ReduceOrder parse_reduce_order(const std::string& s);
-ReduceDtype parse_reduce_dtype(const std::string& s);
+// The reduction's vocabulary and formula (reference/reduce.hpp), shared with the GPU kernel.
+using fp8moe::parse_reduce_dtype;
+using fp8moe::parse_reduce_order;
+using fp8moe::reduce_dtype_name;
+using fp8moe::reduce_order_name;
+using fp8moe::ReduceDtype;
+using fp8moe::ReduceOptions;
+using fp8moe::ReduceOrder;
 
 using Group = std::vector<int>;  // global ranks, in group order
 using Bytes = std::span<std::byte>;

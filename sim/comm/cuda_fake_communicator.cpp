@@ -187,8 +187,7 @@ struct CudaFakeCommunicator::Impl {
     kernels::comm_reduce_chunks(reinterpret_cast<const float* const*>(d), static_cast<int>(members.size()),
                                 reinterpret_cast<const kernels::CommReduceChunk*>(d + ptr_bytes),
                                 static_cast<int>(chunks.size()), max_count,
-                                opt.order == ReduceOrder::ring ? kernels::CommReduceOrder::ring
-                                                               : kernels::CommReduceOrder::ascending,
+                                opt.order,
                                 opt.dtype == ReduceDtype::bf16, stream);
   }
   static std::size_t table_bytes(std::size_t members, std::size_t chunks) {

@@ -23,8 +23,6 @@ inline constexpr int kMaxMeshDims = 3;
 inline constexpr std::int64_t kMaxExperts = 65536;
 // Tokens, and the padded token rows tokens + E * block: offs are int32 (reference/SPEC.md 5.1).
 inline constexpr std::int64_t kMaxTokens = kInt32Max;
-// A scenario file (shipped ones are a few KiB): reading /dev/zero or a stray 1 GB file stops here.
-inline constexpr std::int64_t kMaxScenarioBytes = std::int64_t{16} << 20;
 // Expanded cases of all files together (torchao.ini expands to a few hundred).
 inline constexpr std::int64_t kMaxCases = 1'000'000;
 

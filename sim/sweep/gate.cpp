@@ -8,7 +8,7 @@
 #include <set>
 
 #include "reference/error.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "scenarios/scenario.hpp"
 #include "sim/sweep/table.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// One expanded case (scenarios/expand.hpp) run end to end: the op runner or the layer plan on a
+// One expanded case (sim/sweep/expand.hpp) run end to end: the op runner or the layer plan on a
 // fake mesh, compared with the single-device hp64 truth and the single-device result of the same
 // mode, turned into result rows (results/store.hpp), one per pass x tensor.
 #include <string>
@@ -8,7 +8,7 @@
 #include "reference/quantize.hpp"
 #include "reference/tensor.hpp"
 #include "results/store.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "sim/comm/runtime.hpp"
 
 namespace fp8moe::sim {

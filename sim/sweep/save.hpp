@@ -4,7 +4,7 @@
 // with HDF5 dimension scales naming each dim; /tensors (--save-tensors), the outputs with their
 // two references and the inputs.
 #include "results/h5.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "sim/sweep/run_case.hpp"
 
 namespace fp8moe::sim {

@@ -18,7 +18,7 @@
 #include "reference/error.hpp"
 #include "results/output_file.hpp"
 #include "results/store.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "sim/backend/cuda_backend.hpp"
 #include "sim/comm/runtime.hpp"
 #include "sim/limits/limits.hpp"

@@ -13,7 +13,7 @@
 
 #include "reference/error.hpp"
 #include "results/store.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "scenarios/scenario.hpp"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "reference/error.hpp"
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 #include "scenarios/scenario.hpp"
 #include "sim/sweep/run_case.hpp"
 

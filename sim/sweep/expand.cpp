@@ -1,4 +1,4 @@
-#include "scenarios/expand.hpp"
+#include "sim/sweep/expand.hpp"
 
 #include <algorithm>
 #include <cmath>
