@@ -1,10 +1,10 @@
-// `fp8moe bench`: the GPU kernel benchmark (kernels/bench.hpp): quantizer GB/s next to a
+// `fp8moe bench`: the GPU kernel benchmark (kernels/bench/bench.hpp): quantizer GB/s next to a
 // device-to-device copy, fwd/dgrad/wgrad TFLOP/s per GPU backend next to cuBLASLt's per-tensor FP8
 // loop, each baseline timed in the same run. A benchmark, never a test. Exits 77 when no CUDA
 // device is visible (nothing measured, no file written).
 #include <optional>
 
-#include "kernels/bench.hpp"
+#include "kernels/bench/bench.hpp"
 #include "reference/error.hpp"
 #include "results/output_file.hpp"
 #include "sim/cli/command.hpp"

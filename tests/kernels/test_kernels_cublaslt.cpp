@@ -159,7 +159,7 @@ TEST_CASE("cuBLASLt grouped passes equal reference hopper-tc/cublas bitwise, eve
   print_seen(seen);
 }
 
-TEST_CASE("cuBLASLt split-K (small M, long K; wgrad with long token groups) equals hopper-tc/cublas bitwise") {
+TEST_CASE("cuBLASLt split-K (small M, long K: wgrad with long token groups) equals hopper-tc/cublas bitwise") {
   // fp8moe gives cuBLASLt a 32 MiB workspace, and with it the heuristic splits K for few rows and a
   // long contraction (reference/SPEC.md 15.3's measurement: 32 x 512 x 16384, 64 x 7168 x 16384). wgrad contracts
   // along tokens: long token groups with small N, K are its split candidates.

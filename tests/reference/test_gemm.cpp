@@ -289,7 +289,7 @@ TEST_CASE("modes differ from each other where they should") {
   CHECK(sqnr_db(hp, bf) > 45.0);
 }
 
-TEST_CASE("padding changes no number; unpadded ragged wgrad is refused with the fix") {
+TEST_CASE("padding changes no number: unpadded ragged wgrad is refused with the fix") {
   const std::uint64_t seed = test::seed_for(105);
   CAPTURE(seed);
   const Problem p = make_problem({129, 129, 384, 500}, 256, 256, seed);

@@ -21,7 +21,7 @@ TEST_CASE("SQNR, relative error and max abs error on a hand-computed case") {
   CHECK(m.nonfinite == 0);
 }
 
-TEST_CASE("equal tensors give +inf SQNR; non-finite values give NaN that fails every floor") {
+TEST_CASE("equal tensors give +inf SQNR: non-finite values give NaN that fails every floor") {
   const std::vector<double> ref{1.0, -2.0, 0.25};
   CHECK(std::isinf(compare(ref, ref).sqnr_db));
   CHECK(compare(ref, ref).sqnr_db > 0);

@@ -219,7 +219,7 @@ TEST_CASE("tc_step: truncation, not rounding, at both places the model truncates
   CHECK(tc_step(x, 1, kE4, y, 1, kE4, 32, 0.0f) == 1.0f);
 }
 
-TEST_CASE("the block partial chains B/32 steps from +0; split-K runs cut whole units of 4 blocks") {
+TEST_CASE("the block partial chains B/32 steps from +0: split-K runs cut whole units of 4 blocks") {
   const std::uint64_t seed = test::seed_for(1504);
   CAPTURE(seed);
   std::mt19937_64 g(seed);

@@ -238,7 +238,7 @@ TEST_CASE("the result-file fuzzer's libhdf5 findings are refused, not crashed on
   }
 }
 
-TEST_CASE("string attributes: fixed-length up to a 16 MiB scenario text; variable-length refused in sweep files only") {
+TEST_CASE("string attributes: fixed-length up to a 16 MiB scenario text: variable-length refused in sweep files only") {
   const std::uint64_t seed = fp8moe::test::seed_for(164);
   INFO("seed " << seed);
   fp8moe::test::TempDir dir(seed);

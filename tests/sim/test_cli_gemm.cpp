@@ -50,7 +50,7 @@ TEST_CASE("the built-in default: every pass and mode, all quantized modes above 
   CHECK(r.output.find("nan") == std::string::npos);
 }
 
-TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused before any work; a bare hopper-tc keeps deepgemm") {
+TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused before any work: a bare hopper-tc keeps deepgemm") {
   expect_error(gemm("--block 64 --modes hopper-tc:cublas"), {"hopper-tc:cublas", "block 64", "hopper-tc:deepgemm"});
   expect_error(gemm("--format e5m2 --modes exact,hopper-tc/cublas"), {"e5m2", "format e4m3"});
   const Run r = gemm("--block 64 --pass fwd --modes hopper-tc");
@@ -60,7 +60,7 @@ TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused before any wor
   CHECK(r.output.find("left out") != std::string::npos);  // the note names the family dropped
 }
 
-TEST_CASE("--save writes every mode's outputs; --inputs on that file reproduces them bitwise") {
+TEST_CASE("--save writes every mode's outputs: --inputs on that file reproduces them bitwise") {
   const std::uint64_t seed = test::seed_for(401);
   CAPTURE(seed);
   TempDir dir(seed);

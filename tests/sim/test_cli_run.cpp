@@ -14,7 +14,7 @@ bool has(const Run& r, const char* s) { return r.output.find(s) != std::string::
 
 }  // namespace
 
-TEST_CASE("op level: W sharded on N over tp=2 is bitwise single device; N = 384 moves blocks") {
+TEST_CASE("op level: W sharded on N over tp=2 is bitwise single device: N = 384 moves blocks") {
   const Run ok = run("--level op --mesh tp=2 --pass fwd --rhs 'S(1)' --n 256 --seed 3");
   CAPTURE(ok.output);
   REQUIRE(ok.rc == 0);

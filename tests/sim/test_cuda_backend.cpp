@@ -63,7 +63,7 @@ const std::vector<OpCase> kOps{
     {"dp=2,tp=2", Pass::fwd, "R,R", "S(1),S(1)", {3, 500, 512, 256}, {129, 384, 500}},
 };
 
-TEST_CASE("op scenarios on cuda-simt equal the reference backend bitwise; GPU hp64 to fp64 rounding") {
+TEST_CASE("op scenarios on cuda-simt equal the reference backend bitwise: GPU hp64 to fp64 rounding") {
   auto gpu = make_backend("cuda-simt");
   auto cpu = make_backend("reference");
   std::uint64_t n = 0;

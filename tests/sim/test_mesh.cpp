@@ -37,7 +37,7 @@ TEST_CASE("mesh: row-major ranks, groups along any dim, parse errors") {
   CHECK_THROWS_AS(Mesh::parse("dp=0"), Error);
 }
 
-TEST_CASE("torch.chunk sharding: later shards smaller or empty; nested shards in mesh-dim order") {
+TEST_CASE("torch.chunk sharding: later shards smaller or empty: nested shards in mesh-dim order") {
   CHECK(chunk(10, 4, 0) == Range{0, 3});
   CHECK(chunk(10, 4, 3) == Range{9, 10});
   CHECK(chunk(5, 4, 3) == Range{5, 5});  // ceil(5/4) = 2: shards 2,2,1,0

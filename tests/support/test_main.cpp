@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "support/test_support.hpp"
 
@@ -22,11 +23,51 @@ std::uint64_t base_seed() {
 
 }  // namespace fp8moe::test
 
+namespace {
+
+// Counts the test cases a run's filters selected. CTest runs each case as `SUITE -tc=NAME`; a name
+// that does not select its case (CMake splits a discovered name at ';') would run nothing and
+// pass: main turns a filtered run that selected no case into a failure.
+struct SelectedCount : doctest::IReporter {
+  static inline unsigned selected = 0;
+  explicit SelectedCount(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats& s) override { selected = s.numTestCasesPassingFilters; }
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("fp8moe_selected_count", 1, SelectedCount);
+
+bool has_case_filter(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (const char* f : {"-tc=", "--test-case=", "-dt-tc=", "--dt-test-case="}) {
+      if (a.rfind(f, 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
   const bool listing = ctx.shouldExit();
   const int rc = ctx.run();
+  if (!listing && rc == 0 && has_case_filter(argc, argv) && SelectedCount::selected == 0) {
+    std::fprintf(stderr, "no test case matched the --test-case filter: nothing ran (a test name with ';' is split by "
+                         "CTest's discovery: use another separator)\n");
+    return 1;
+  }
   if (!listing && rc != 0) {
     std::fprintf(stderr, "base seed %llu: rerun with FP8MOE_TEST_SEED=%llu to repeat this data\n",
                  static_cast<unsigned long long>(fp8moe::test::base_seed()),

@@ -20,7 +20,7 @@
 #include <functional>
 #include <string>
 
-#include "kernels/bench_util.hpp"
+#include "kernels/bench/bench_util.hpp"
 #include "kernels/cublaslt_grouped.hpp"
 #include "kernels/datagen.hpp"
 #include "kernels/hp64_gemm.hpp"

@@ -1,5 +1,5 @@
 // run_kernel_bench in a build without CUDA: says how to get one.
-#include "kernels/bench.hpp"
+#include "kernels/bench/bench.hpp"
 #include "reference/error.hpp"
 
 namespace fp8moe::kernels {

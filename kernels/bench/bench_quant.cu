@@ -1,4 +1,4 @@
-// run_kernel_bench (kernels/bench.hpp: `fp8moe bench`, fp8moe-bench-kernels): GB/s of every GPU
+// run_kernel_bench (kernels/bench/bench.hpp: `fp8moe bench`, fp8moe-bench-kernels): GB/s of every GPU
 // quantizer next to a device-to-device copy timed in the same run, then the GEMM table of
 // bench_gemm.cu. Each quantizer is checked in the same run before its figure is printed (the
 // `wrong` column: codes and scales that differ): its timed output bitwise against a fresh
@@ -22,8 +22,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/bench.hpp"
-#include "kernels/bench_util.hpp"
+#include "kernels/bench/bench.hpp"
+#include "kernels/bench/bench_util.hpp"
 #include "kernels/check.hpp"
 #include "kernels/datagen.hpp"
 #include "kernels/quantize.hpp"

@@ -1,4 +1,4 @@
-// fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench.hpp; the same
+// fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
 //   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm]
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/bench.hpp"
+#include "kernels/bench/bench.hpp"
 #include "results/output_file.hpp"
 
 int main(int argc, char** argv) {
