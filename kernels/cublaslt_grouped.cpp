@@ -51,10 +51,6 @@ const char* scale_mode_name(std::int32_t m) { return m == kBlk ? "128x128" : m =
 
 std::int64_t dim(const std::vector<std::int64_t>& s, std::size_t i) { return s.at(i); }
 
-void check_q(const DeviceQuantized& q, const char* recipe, const char* what) {
-  if (q.recipe != recipe) fail(what, " must be quantized with the ", recipe, " recipe, got ", q.recipe);
-}
-
 void check_opt(const char* pass, const GemmOptions& opt, const DeviceQuantized& a, const DeviceQuantized& b) {
   const std::string why = cublaslt_unsupported(opt.quant, opt.out);
   if (!why.empty()) fail("cublaslt ", pass, ": ", why);
@@ -192,8 +188,8 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
 void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
                           const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling) {
   calls_.clear();
-  check_q(A_q, "1x128", "cublaslt fwd: A");
-  check_q(W_q, "128x128", "cublaslt fwd: W");
+  require_recipe(A_q.recipe, Recipe::act_lhs, "cublaslt fwd: A");
+  require_recipe(W_q.recipe, Recipe::weight_fwd, "cublaslt fwd: W");
   check_opt("fwd", opt, A_q, W_q);
   const std::int64_t M = dim(A_q.layout.codes, 0), K = dim(A_q.layout.codes, 1);
   const std::int64_t E = dim(W_q.layout.codes, 0), N = dim(W_q.layout.codes, 1);
@@ -231,8 +227,8 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
   calls_.clear();
-  check_q(dOut_q, "1x128", "cublaslt dgrad: dOut");
-  check_q(W_q, "128x128T", "cublaslt dgrad: W (dgrad orientation)");
+  require_recipe(dOut_q.recipe, Recipe::act_lhs, "cublaslt dgrad: dOut");
+  require_recipe(W_q.recipe, Recipe::weight_dgrad, "cublaslt dgrad: W (dgrad orientation)");
   check_opt("dgrad", opt, dOut_q, W_q);
   const std::int64_t M = dim(dOut_q.layout.codes, 0), N = dim(dOut_q.layout.codes, 1);
   const std::int64_t E = dim(W_q.layout.codes, 0), K = dim(W_q.layout.codes, 1);
@@ -271,8 +267,8 @@ void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantize
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
   calls_.clear();
-  check_q(dOutT_q, "kgrouped-lhs", "cublaslt wgrad: dOut^T");
-  check_q(AT_q, "kgrouped-lhs", "cublaslt wgrad: A^T");
+  require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: dOut^T");
+  require_recipe(AT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: A^T");
   check_opt("wgrad", opt, dOutT_q, AT_q);
   const std::int64_t N = dim(dOutT_q.layout.codes, 0), M = dim(dOutT_q.layout.codes, 1);
   const std::int64_t K = dim(AT_q.layout.codes, 0);

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
+#include "reference/checked.hpp"
+
 namespace fp8moe::kernels {
 namespace {
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void require_multiple(const char* what, std::int64_t value, int block) {
   if (value % block != 0) fail(what, " = ", value, " is not a multiple of the quantization block ", block);
@@ -95,7 +95,7 @@ DeviceQuantized quantize(Recipe r, const T* x, const std::vector<std::int64_t>& 
   q.codes = DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(q.layout.code_count()));
   q.scales = DeviceBuffer<float>(static_cast<std::size_t>(q.layout.scale_count()));
   q.format = opt.format;
-  q.recipe = recipe_name(r);
+  q.recipe = r;
   quantize_into(r, x, in_shape, offs, q.codes.get(), q.scales.get(), opt, stream);
   return q;
 }

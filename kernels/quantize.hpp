@@ -57,7 +57,7 @@ struct DeviceQuantized {
   DeviceBuffer<float> scales;
   QuantLayout layout;
   Fp8Format format = Fp8Format::e4m3;
-  std::string recipe;
+  Recipe recipe = Recipe::act_lhs;
   Quantized to_host() const;  // stats left at zero
 };
 template <class T>

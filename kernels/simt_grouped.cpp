@@ -6,10 +6,6 @@
 namespace fp8moe::kernels {
 namespace {
 
-void check_q(const DeviceQuantized& q, const char* recipe, const char* what) {
-  if (q.recipe != recipe) fail(what, " must be quantized with the ", recipe, " recipe, got ", q.recipe);
-}
-
 void check_opt(const GemmOptions& opt, const DeviceQuantized& a, const DeviceQuantized& b) {
   if (a.format != opt.quant.format || b.format != opt.quant.format) {
     fail("simt: operands are ", format_name(a.format), "/", format_name(b.format), " but the options say ",
@@ -46,8 +42,8 @@ DeviceQuantized upload(const Quantized& q) {
 
 void simt_grouped_fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
                       const GemmOptions& opt, float* out, cudaStream_t stream) {
-  check_q(A_q, "1x128", "fwd: A");
-  check_q(W_q, "128x128", "fwd: W");
+  require_recipe(A_q.recipe, Recipe::act_lhs, "fwd: A");
+  require_recipe(W_q.recipe, Recipe::weight_fwd, "fwd: W");
   check_opt(opt, A_q, W_q);
   const std::int64_t M = dim(A_q.layout.codes, 0), K = dim(A_q.layout.codes, 1), N = dim(W_q.layout.codes, 1);
   if (dim(W_q.layout.codes, 2) != K) fail("fwd: A has K = ", K, " but W has K = ", dim(W_q.layout.codes, 2));
@@ -65,8 +61,8 @@ void simt_grouped_fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, st
 
 void simt_grouped_dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
                         const GemmOptions& opt, float* out, cudaStream_t stream) {
-  check_q(dOut_q, "1x128", "dgrad: dOut");
-  check_q(W_q, "128x128T", "dgrad: W (dgrad orientation)");
+  require_recipe(dOut_q.recipe, Recipe::act_lhs, "dgrad: dOut");
+  require_recipe(W_q.recipe, Recipe::weight_dgrad, "dgrad: W (dgrad orientation)");
   check_opt(opt, dOut_q, W_q);
   const std::int64_t M = dim(dOut_q.layout.codes, 0), N = dim(dOut_q.layout.codes, 1), K = dim(W_q.layout.codes, 1);
   if (dim(W_q.layout.codes, 2) != N) fail("dgrad: dOut has N = ", N, " but W has N = ", dim(W_q.layout.codes, 2));
@@ -84,8 +80,8 @@ void simt_grouped_dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_
 
 void simt_grouped_wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& A_q,
                         std::span<const std::int32_t> offs, const GemmOptions& opt, float* out, cudaStream_t stream) {
-  check_q(dOutT_q, "kgrouped-lhs", "wgrad: dOut^T");
-  check_q(A_q, "kgrouped-rhs", "wgrad: A");
+  require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "wgrad: dOut^T");
+  require_recipe(A_q.recipe, Recipe::kgrouped_rhs, "wgrad: A");
   check_opt(opt, dOutT_q, A_q);
   const std::int64_t N = dim(dOutT_q.layout.codes, 0), M = dim(dOutT_q.layout.codes, 1), K = dim(A_q.layout.codes, 1);
   const std::int64_t B = opt.quant.block;

@@ -17,6 +17,9 @@ namespace fp8moe {
 inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 inline constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 
+// ceil(a / b) for a >= 0, b > 0 (blocks covering a extent): the one definition.
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 // `value` when lo <= value <= hi; otherwise an Error naming WHAT, the value and the bound.
 inline std::int64_t check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, std::string_view what) {
   if (value > hi) fail(what, " = ", value, " exceeds the limit ", hi);

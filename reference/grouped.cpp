@@ -207,10 +207,6 @@ BlockOperand weight_expert(const Quantized& q, std::int64_t e) {
   return BlockOperand{q.codes.ptr() + e * R * C, C, 1, q.scales.ptr() + e * sr * sc, sc, 1, q.block_rows, R};
 }
 
-void check_q(const Quantized& q, const char* recipe, const char* what) {
-  if (q.recipe != recipe) fail(what, " must be quantized with the ", recipe, " recipe, got ", q.recipe);
-}
-
 void check_q_mode(const GemmOptions& opt) {
   if (opt.mode != Mode::exact && !is_promoted(opt.mode)) {
     fail("the quantized-operand passes compute exact, promote-fp32 and hopper-tc, not ", mode_name(opt.mode));
@@ -245,8 +241,8 @@ int splits_of(const GemmOptions& opt, std::size_t e) {
 TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<const std::int32_t> offs,
                       const GemmOptions& opt) {
   check_q_mode(opt);
-  check_q(A_q, "1x128", "fwd: A");
-  check_q(W_q, "128x128", "fwd: W");
+  require_recipe(A_q.recipe, Recipe::act_lhs, "fwd: A");
+  require_recipe(W_q.recipe, Recipe::weight_fwd, "fwd: W");
   const std::int64_t M = A_q.codes.dim(0), K = A_q.codes.dim(1), N = W_q.codes.dim(1);
   if (W_q.codes.dim(2) != K) fail("fwd: A has K = ", K, " but W has K = ", W_q.codes.dim(2));
   check_offsets(offs, M);
@@ -265,8 +261,8 @@ TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<cons
 TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span<const std::int32_t> offs,
                         const GemmOptions& opt) {
   check_q_mode(opt);
-  check_q(dOut_q, "1x128", "dgrad: dOut");
-  check_q(W_q, "128x128T", "dgrad: W (dgrad orientation)");
+  require_recipe(dOut_q.recipe, Recipe::act_lhs, "dgrad: dOut");
+  require_recipe(W_q.recipe, Recipe::weight_dgrad, "dgrad: W (dgrad orientation)");
   const std::int64_t M = dOut_q.codes.dim(0), N = dOut_q.codes.dim(1), K = W_q.codes.dim(1);
   if (W_q.codes.dim(2) != N) fail("dgrad: dOut has N = ", N, " but W has N = ", W_q.codes.dim(2));
   check_offsets(offs, M);
@@ -285,8 +281,8 @@ TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span
 TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::span<const std::int32_t> offs,
                         const GemmOptions& opt) {
   check_q_mode(opt);
-  check_q(dOutT_q, "kgrouped-lhs", "wgrad: dOut^T");
-  check_q(A_q, "kgrouped-rhs", "wgrad: A");
+  require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "wgrad: dOut^T");
+  require_recipe(A_q.recipe, Recipe::kgrouped_rhs, "wgrad: A");
   const std::int64_t N = dOutT_q.codes.dim(0), M = dOutT_q.codes.dim(1), K = A_q.codes.dim(1);
   const std::int64_t B = opt.quant.block;
   if (A_q.codes.dim(0) != M) fail("wgrad: dOut has ", M, " tokens but A has ", A_q.codes.dim(0));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "reference/checked.hpp"
+
 namespace fp8moe {
 
 const char* recipe_name(Recipe r) {
@@ -17,6 +19,10 @@ const char* recipe_name(Recipe r) {
     case Recipe::kgrouped_rhs: return "kgrouped-rhs";
   }
   return "?";
+}
+
+void require_recipe(Recipe got, Recipe want, const char* what) {
+  if (got != want) fail(what, " must be quantized with the ", recipe_name(want), " recipe, got ", recipe_name(got));
 }
 
 const char* format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
@@ -41,7 +47,6 @@ float Quantized::scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const 
 
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void require_multiple(const char* what, std::int64_t value, int block, const char* fix) {
   if (value % block != 0) {
@@ -170,7 +175,7 @@ void quantize_tiles(const float* w, std::int64_t N, std::int64_t K, bool transpo
 }
 
 Quantized make(std::vector<std::int64_t> code_shape, std::vector<std::int64_t> scale_shape, int br, int bc,
-               const QuantOptions& opt, const char* recipe) {
+               const QuantOptions& opt, Recipe recipe) {
   Quantized q;
   q.codes = TensorU8(std::move(code_shape));
   q.scales = TensorF(std::move(scale_shape));
@@ -206,7 +211,7 @@ Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt) {
   require_rank(x, 2, "the 1x128 quantizer");
   const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
   require_multiple("K (the quantized dim of the 1x128 recipe)", K, opt.block, "pad K to a multiple of the block");
-  Quantized q = make({M, K}, {M, K / B}, 1, opt.block, opt, "1x128");
+  Quantized q = make({M, K}, {M, K / B}, 1, opt.block, opt, Recipe::act_lhs);
   quantize_slab({x.ptr(), M, K}, false, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
@@ -215,7 +220,7 @@ Quantized quantize_act_rhs(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
   require_rank(x, 2, "the 128x1 quantizer");
   const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
-  Quantized q = make({M, K}, {ceil_div(M, B), K}, opt.block, 1, opt, "128x1");
+  Quantized q = make({M, K}, {ceil_div(M, B), K}, opt.block, 1, opt, Recipe::act_rhs);
   quantize_slab({x.ptr(), M, K}, true, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
@@ -224,7 +229,7 @@ Quantized quantize_act_lhs_t(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
   require_rank(x, 2, "the transposed 1x128 quantizer");
   const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
-  Quantized q = make({K, M}, {K, ceil_div(M, B)}, 1, opt.block, opt, "1x128T");
+  Quantized q = make({K, M}, {K, ceil_div(M, B)}, 1, opt.block, opt, Recipe::act_lhs_t);
   quantize_slab({x.ptr(), M, K}, true, true, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
@@ -235,7 +240,7 @@ Quantized quantize_weight(const TensorF& w, const QuantOptions& opt) {
   const std::int64_t N = w.dim(0), K = w.dim(1), B = opt.block;
   require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
   require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
-  Quantized q = make({N, K}, {N / B, K / B}, opt.block, opt.block, opt, "128x128");
+  Quantized q = make({N, K}, {N / B, K / B}, opt.block, opt.block, opt, Recipe::weight_fwd);
   quantize_tiles(w.ptr(), N, K, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
@@ -247,8 +252,8 @@ Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, co
   require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
   require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
   const bool t = orient == WeightOrientation::dgrad;
-  Quantized q = t ? make({E, K, N}, {E, K / B, N / B}, opt.block, opt.block, opt, "128x128T")
-                  : make({E, N, K}, {E, N / B, K / B}, opt.block, opt.block, opt, "128x128");
+  Quantized q = t ? make({E, K, N}, {E, K / B, N / B}, opt.block, opt.block, opt, Recipe::weight_dgrad)
+                  : make({E, N, K}, {E, N / B, K / B}, opt.block, opt.block, opt, Recipe::weight_fwd);
   for (std::int64_t e = 0; e < E; ++e) {
     quantize_tiles(w.ptr() + e * N * K, N, K, t, q.codes.ptr() + e * N * K, q.scales.ptr() + e * (N / B) * (K / B),
                    opt, q.stats);
@@ -262,7 +267,7 @@ Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> 
   const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
   check_kgroup_offsets(offs, M, opt.block);
   // Codes (D, M): expert e owns columns [start_e, end_e) and scale columns [start_e/B, end_e/B).
-  Quantized q = make({D, M}, {D, M / B}, 1, opt.block, opt, "kgrouped-lhs");
+  Quantized q = make({D, M}, {D, M / B}, 1, opt.block, opt, Recipe::kgrouped_lhs);
   std::int64_t start = 0;
   for (std::int32_t end : offs) {
     const std::int64_t Me = end - start;
@@ -284,7 +289,7 @@ Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> 
   const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
   check_kgroup_offsets(offs, M, opt.block);
   // Codes (M, D) in place; expert e owns scale rows [start_e/B, end_e/B).
-  Quantized q = make({M, D}, {M / B, D}, opt.block, 1, opt, "kgrouped-rhs");
+  Quantized q = make({M, D}, {M / B, D}, opt.block, 1, opt, Recipe::kgrouped_rhs);
   std::int64_t start = 0;
   for (std::int32_t end : offs) {
     const std::int64_t Me = end - start;

@@ -15,6 +15,7 @@
 // Ragged M is zero-filled (a partial block's amax is over its real rows). K, N, D and, for the
 // K-grouped quantizers, every expert's token count must be multiples of B.
 #include <cstdint>
+#include <ostream>
 #include <span>
 #include <string>
 
@@ -38,22 +39,7 @@ struct QuantStats {
   std::int64_t zero_blocks = 0;       // groups whose amax took the 1e-12 floor
 };
 
-struct Quantized {
-  TensorU8 codes;
-  TensorF scales;       // the stored reciprocal s_inv, one per block
-  int block_rows = 1;   // block extent along the codes' second-to-last dim
-  int block_cols = 1;   // block extent along the codes' last dim
-  Fp8Format format = Fp8Format::e4m3;
-  std::string recipe;   // "1x128", "128x1", "1x128T", "128x128", "128x128T", "kgrouped-lhs", "kgrouped-rhs"
-  QuantStats stats;
-
-  // s_inv for element (e, r, c) of the codes (e = 0 for 2-D codes).
-  float scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const;
-};
-
-enum class WeightOrientation { fwd, dgrad };
-
-// The quantizers by name, for the backends (CPU and CUDA) that dispatch on a recipe.
+// The quantizers (one per operand layout), named for the backends that dispatch on them.
 enum class Recipe : std::uint8_t {
   act_lhs,       // 1x128 along the last dim, (M,K) -> codes (M,K)
   act_rhs,       // 128x1 along tokens, (M,K) -> codes (M,K)
@@ -64,6 +50,27 @@ enum class Recipe : std::uint8_t {
   kgrouped_rhs,  // per-expert 128x1 along tokens, (M,D) -> codes (M,D)
 };
 const char* recipe_name(Recipe r);  // "1x128", "128x1", "1x128T", "128x128", "128x128T", "kgrouped-lhs", ...
+inline std::ostream& operator<<(std::ostream& os, Recipe r) { return os << recipe_name(r); }
+
+// The operand check of every grouped pass (CPU, simt, cuBLASLt): an operand quantized with another
+// recipe is an Error naming `what`, both recipes.
+void require_recipe(Recipe got, Recipe want, const char* what);
+
+struct Quantized {
+  TensorU8 codes;
+  TensorF scales;       // the stored reciprocal s_inv, one per block
+  int block_rows = 1;   // block extent along the codes' second-to-last dim
+  int block_cols = 1;   // block extent along the codes' last dim
+  Fp8Format format = Fp8Format::e4m3;
+  Recipe recipe = Recipe::act_lhs;  // recipe_name(): "1x128", "128x1", "1x128T", "128x128", ...
+  QuantStats stats;
+
+  // s_inv for element (e, r, c) of the codes (e = 0 for 2-D codes).
+  float scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const;
+};
+
+enum class WeightOrientation { fwd, dgrad };
+
 
 // Offsets for the K-grouped quantizers: non-decreasing, ending at M, every expert's token count a
 // multiple of B (else an Error naming the expert and saying to turn padding on).

@@ -134,117 +134,147 @@ class HeapChecker {
 
 struct VlenMember {
   std::string name;
-  std::size_t offset = 0;
+  std::size_t offset = 0;  // in the row as stored on disk
 };
 
-}  // namespace
+// The table's rows as stored: the string members' disk offsets and the disk row size.
+struct RowLayout {
+  std::vector<VlenMember> vlen;
+  std::size_t disk_elem = 0;
+};
 
-void check_vlen_strings(h5::Id ds, std::uint64_t rows, const std::string& path) {
-  if (rows == 0) return;
-  const std::string what = "cannot check the cases table's strings";
-  Handle type = own(H5Dget_type(ds), H5Tclose, what, path, "H5Dget_type");
-  if (H5Tget_class(type.get()) != H5T_COMPOUND) fail("'", path, "': the cases table is not a compound table");
-  const std::size_t elem = H5Tget_size(type.get());
-  const int nmembers = check(H5Tget_nmembers(type.get()), what, path, "H5Tget_nmembers");
+const char* const kWhat = "cannot check the cases table's strings";
 
-  Handle file = own(H5Iget_file_id(ds), H5Fclose, what, path, "H5Iget_file_id");
+Layout file_layout(hid_t ds, const std::string& path) {
+  Handle file = own(H5Iget_file_id(ds), H5Fclose, kWhat, path, "H5Iget_file_id");
+  Handle fcpl = own(H5Fget_create_plist(file.get()), H5Pclose, kWhat, path, "H5Fget_create_plist");
   Layout lay;
-  {
-    Handle fcpl = own(H5Fget_create_plist(file.get()), H5Pclose, what, path, "H5Fget_create_plist");
-    check(H5Pget_sizes(fcpl.get(), &lay.sizeof_addr, &lay.sizeof_size), what, path, "H5Pget_sizes");
-    hsize_t ub = 0;
-    check(H5Pget_userblock(fcpl.get(), &ub), what, path, "H5Pget_userblock");
-    lay.base = ub;
-  }
+  check(H5Pget_sizes(fcpl.get(), &lay.sizeof_addr, &lay.sizeof_size), kWhat, path, "H5Pget_sizes");
+  hsize_t ub = 0;
+  check(H5Pget_userblock(fcpl.get(), &ub), kWhat, path, "H5Pget_userblock");
+  lay.base = ub;
   if (lay.sizeof_addr < 2 || lay.sizeof_addr > 8 || lay.sizeof_size < 2 || lay.sizeof_size > 8) {
-    fail("'", path, "' uses ", lay.sizeof_addr, "-byte addresses and ", lay.sizeof_size, "-byte sizes: not an HDF5 layout fp8moe reads");
+    fail("'", path, "' uses ", lay.sizeof_addr, "-byte addresses and ", lay.sizeof_size,
+         "-byte sizes: not an HDF5 layout fp8moe reads");
   }
+  return lay;
+}
 
-  // H5Dget_type gives the type laid out for memory (a variable-length string as a char*, later
-  // members shifted accordingly); on disk each such string is a descriptor of `disk` bytes. Walk the
-  // members in offset order and shift them back (the inverse of libhdf5's H5T__set_loc).
-  const std::size_t disk = 4 + lay.sizeof_addr + 4;
+// H5Dget_type gives the type laid out for memory (a variable-length string as a char*, later
+// members shifted accordingly); on disk each such string is a descriptor of 4 + address + 4 bytes.
+// Walk the members in offset order and shift them back (the inverse of libhdf5's H5T__set_loc).
+RowLayout row_layout(hid_t ds, const Layout& lay, const std::string& path) {
+  Handle type = own(H5Dget_type(ds), H5Tclose, kWhat, path, "H5Dget_type");
+  if (H5Tget_class(type.get()) != H5T_COMPOUND) fail("'", path, "': the cases table is not a compound table");
   struct Member {
     std::size_t offset, size;
     bool vlen;
     std::string name;
   };
   std::vector<Member> members;
-  for (int i = 0; i < nmembers; ++i) {
-    const auto u = static_cast<unsigned>(i);
-    Handle mt = own(H5Tget_member_type(type.get(), u), H5Tclose, what, path, "H5Tget_member_type");
-    const bool vstr = H5Tget_class(mt.get()) == H5T_STRING && check(H5Tis_variable_str(mt.get()), what, path, "H5Tis_variable_str") > 0;
-    char* n = H5Tget_member_name(type.get(), u);
-    members.push_back({H5Tget_member_offset(type.get(), u), H5Tget_size(mt.get()), vstr, n ? n : "?"});
-    H5free_memory(n);
+  const int n = check(H5Tget_nmembers(type.get()), kWhat, path, "H5Tget_nmembers");
+  for (unsigned u = 0; u < static_cast<unsigned>(n); ++u) {
+    Handle mt = own(H5Tget_member_type(type.get(), u), H5Tclose, kWhat, path, "H5Tget_member_type");
+    const bool vstr = H5Tget_class(mt.get()) == H5T_STRING &&
+                      check(H5Tis_variable_str(mt.get()), kWhat, path, "H5Tis_variable_str") > 0;
+    char* name = H5Tget_member_name(type.get(), u);
+    members.push_back({H5Tget_member_offset(type.get(), u), H5Tget_size(mt.get()), vstr, name ? name : "?"});
+    H5free_memory(name);
   }
   std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.offset < b.offset; });
-  std::vector<VlenMember> vlen;
+  const std::size_t disk = 4 + lay.sizeof_addr + 4;
+  RowLayout rl;
   std::size_t shift = 0;
   for (const Member& m : members) {
-    if (m.vlen) {
-      vlen.push_back({m.name, m.offset + shift});
-      shift += disk - m.size;
+    if (!m.vlen) continue;
+    rl.vlen.push_back({m.name, m.offset + shift});
+    shift += disk - m.size;
+  }
+  rl.disk_elem = H5Tget_size(type.get()) + shift;
+  for (const VlenMember& m : rl.vlen) {
+    if (m.offset + disk > rl.disk_elem) {
+      fail("'", path, "': the string column '", m.name, "' overruns its row: the cases table is damaged");
     }
   }
-  const std::size_t disk_elem = elem + shift;
-  for (const VlenMember& m : vlen) {
-    if (m.offset + disk > disk_elem) fail("'", path, "': the string column '", m.name, "' overruns its row: the cases table is damaged");
-  }
-  if (vlen.empty()) return;
+  return rl;
+}
 
-  Handle dcpl = own(H5Dget_create_plist(ds), H5Pclose, what, path, "H5Dget_create_plist");
-  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) fail("'", path, "': the cases table is not chunked as fp8moe writes it: the file is damaged");
-  if (check(H5Pget_nfilters(dcpl.get()), what, path, "H5Pget_nfilters") != 0) {
+// Rows per chunk of an unfiltered, one-dimensional chunked table (how fp8moe writes it).
+std::uint64_t chunk_rows_of(hid_t ds, std::size_t disk_elem, const std::string& path) {
+  Handle dcpl = own(H5Dget_create_plist(ds), H5Pclose, kWhat, path, "H5Dget_create_plist");
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
+    fail("'", path, "': the cases table is not chunked as fp8moe writes it: the file is damaged");
+  }
+  if (check(H5Pget_nfilters(dcpl.get()), kWhat, path, "H5Pget_nfilters") != 0) {
     fail("'", path, "': the cases table has filters fp8moe never sets: the file is damaged");
   }
-  hsize_t chunk_rows = 0;
-  if (H5Pget_chunk(dcpl.get(), 1, &chunk_rows) != 1 || chunk_rows == 0) {
+  hsize_t rows = 0;
+  if (H5Pget_chunk(dcpl.get(), 1, &rows) != 1 || rows == 0) {
     fail("'", path, "': the cases table's chunks are not one-dimensional: the file is damaged");
   }
-  if (chunk_rows > (std::uint64_t{1} << 30) / disk_elem) fail("'", path, "': the cases table's chunks of ", chunk_rows, " rows are implausible: the file is damaged");
+  if (rows > (std::uint64_t{1} << 30) / disk_elem) {
+    fail("'", path, "': the cases table's chunks of ", rows, " rows are implausible: the file is damaged");
+  }
+  return rows;
+}
 
+// The raw bytes of the chunk starting at row `first`, located through the chunk index and read
+// here, bounded by the buffer (H5Dread_chunk trusts the index's size and writes past a buffer of
+// the right size: found by the fuzzer).
+void read_chunk(hid_t ds, std::uint64_t first, const RawFile& raw, const Layout& lay, std::vector<std::uint8_t>& buf,
+                const std::string& path) {
+  const hsize_t offset = first;
+  unsigned filter_mask = 0;
+  haddr_t addr = HADDR_UNDEF;
+  hsize_t stored = 0;
+  check(H5Dget_chunk_info_by_coord(ds, &offset, &filter_mask, &addr, &stored), cat(kWhat, " (rows from ", first, ")"),
+        path, "H5Dget_chunk_info_by_coord");
+  if (addr == HADDR_UNDEF || stored != buf.size() || filter_mask != 0) {
+    fail("'", path, "': the cases table's chunk at row ", first, " is ", addr == HADDR_UNDEF ? "missing" : "damaged",
+         " (", stored, " bytes stored, ", buf.size(), " expected): the file is damaged");
+  }
+  if (addr > raw.size() || lay.base > raw.size() - addr || raw.size() - addr - lay.base < stored) {
+    fail("'", path, "': the cases table's chunk at row ", first, " lies outside the file: the file is damaged");
+  }
+  raw.read(lay.base + addr, buf.data(), stored);
+}
+
+// One string descriptor {length, collection address, object index}: its object must exist in a
+// valid collection and hold exactly `length` bytes.
+void check_descriptor(const std::uint8_t* d, const Layout& lay, HeapChecker& heaps, const std::string& where,
+                      const std::string& path) {
+  const std::uint64_t len = decode_le(d, 4);
+  if (len == 0) return;  // libhdf5 reads no heap object for an empty string
+  const std::uint64_t addr = decode_le(d + 4, lay.sizeof_addr);
+  const auto idx = static_cast<std::uint32_t>(decode_le(d + 4 + lay.sizeof_addr, 4));
+  const Objects& objs = heaps.collection(addr, where);
+  const auto it = objs.find(idx);
+  if (idx == 0 || it == objs.end()) {
+    fail("'", path, "' is damaged: ", where, " names object ", idx, " of the global heap collection at byte ", addr,
+         ", which has no such object: rerun the sweep, or restore the file from a copy");
+  }
+  if (it->second != len) {
+    fail("'", path, "' is damaged: ", where, " is a string of ", len, " bytes but its heap object holds ", it->second,
+         " (libhdf5 would read past its buffer): rerun the sweep, or restore the file from a copy");
+  }
+}
+
+}  // namespace
+
+void check_vlen_strings(h5::Id ds, std::uint64_t rows, const std::string& path) {
+  if (rows == 0) return;
+  const Layout lay = file_layout(ds, path);
+  const RowLayout rl = row_layout(ds, lay, path);
+  if (rl.vlen.empty()) return;
+  const std::uint64_t chunk_rows = chunk_rows_of(ds, rl.disk_elem, path);
   const RawFile raw(path);
   HeapChecker heaps(raw, lay, path);
-  std::vector<std::uint8_t> buf(static_cast<std::size_t>(chunk_rows * disk_elem));
+  std::vector<std::uint8_t> buf(static_cast<std::size_t>(chunk_rows * rl.disk_elem));
   for (std::uint64_t first = 0; first < rows; first += chunk_rows) {
-    // Where the chunk lies, from the chunk index; the bytes are then read here, bounded by the
-    // buffer (H5Dread_chunk trusts the index's size and writes past a buffer of the right size).
-    const hsize_t offset = first;
-    unsigned filter_mask = 0;
-    haddr_t addr = HADDR_UNDEF;
-    hsize_t stored = 0;
-    check(H5Dget_chunk_info_by_coord(ds, &offset, &filter_mask, &addr, &stored), cat(what, " (rows from ", first, ")"),
-          path, "H5Dget_chunk_info_by_coord");
-    if (addr == HADDR_UNDEF || stored != buf.size() || filter_mask != 0) {
-      fail("'", path, "': the cases table's chunk at row ", first, " is ", addr == HADDR_UNDEF ? "missing" : "damaged",
-           " (", stored, " bytes stored, ", buf.size(), " expected): the file is damaged");
-    }
-    if (addr > raw.size() || lay.base > raw.size() - addr || raw.size() - addr - lay.base < stored) {
-      fail("'", path, "': the cases table's chunk at row ", first, " lies outside the file: the file is damaged");
-    }
-    raw.read(lay.base + addr, buf.data(), stored);
-    const std::uint64_t last = std::min<std::uint64_t>(rows, first + chunk_rows);
-    for (std::uint64_t r = first; r < last; ++r) {
-      const std::uint8_t* row = buf.data() + (r - first) * disk_elem;
-      for (const VlenMember& m : vlen) {
-        const std::uint8_t* d = row + m.offset;
-        const std::uint64_t len = decode_le(d, 4);
-        if (len == 0) continue;  // libhdf5 reads no heap object for an empty string
-        const std::uint64_t addr = decode_le(d + 4, lay.sizeof_addr);
-        const std::uint32_t idx = static_cast<std::uint32_t>(decode_le(d + 4 + lay.sizeof_addr, 4));
-        const std::string where = cat("row ", r, " column '", m.name, "'");
-        const Objects& objs = heaps.collection(addr, where);
-        const auto it = objs.find(idx);
-        if (idx == 0 || it == objs.end()) {
-          fail("'", path, "' is damaged: ", where, " names object ", idx, " of the global heap collection at byte ", addr,
-               ", which has no such object: rerun the sweep, or restore the file from a copy");
-        }
-        if (it->second != len) {
-          fail("'", path, "' is damaged: ", where, " is a string of ", len, " bytes but its heap object holds ", it->second,
-               " (libhdf5 would read past its buffer): rerun the sweep, or restore the file from a copy");
-        }
-      }
+    read_chunk(ds, first, raw, lay, buf, path);
+    for (std::uint64_t r = first; r < std::min<std::uint64_t>(rows, first + chunk_rows); ++r) {
+      const std::uint8_t* row = buf.data() + (r - first) * rl.disk_elem;
+      for (const VlenMember& m : rl.vlen) check_descriptor(row + m.offset, lay, heaps, cat("row ", r, " column '", m.name, "'"), path);
     }
   }
 }

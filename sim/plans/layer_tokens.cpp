@@ -240,7 +240,7 @@ void Exec::load_inputs(const TensorF& g, TensorF RankState::*field, bool fp8) {
       q[i].scales = TensorF({0, D / B});
     }
     rq[i] = q[i];
-    rq[i].recipe = "1x128";
+    rq[i].recipe = Recipe::act_lhs;
     rq[i].block_rows = 1;
     rq[i].block_cols = B;
     rq[i].format = qo.format;

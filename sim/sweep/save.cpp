@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "reference/checked.hpp"
 #include "reference/error.hpp"
 #include "reference/metrics.hpp"
 
@@ -56,7 +57,6 @@ View3 view3(const std::vector<std::int64_t>& s) {
   fail("save_blocks: a tensor of rank ", s.size(), " has no tiles");
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // Per (e, tile row, tile col): f over the tile's elements (flat indices into the tensor).
 template <class F>
@@ -144,7 +144,7 @@ void save_blocks(h5::Group g, const scenarios::Case& c, const CaseTensors& t) {
     write_map(g, op.name + "_amax", amax, rs, cs, three, br, bc);
     write_map(g, op.name + "_scale", scale, rs, cs, three, br, bc);
     write_map(g, op.name + "_block_sqnr", bs, rs, cs, three, br, bc);
-    g.open_dataset(op.name + "_amax").set_attr("recipe", op.q.recipe);
+    g.open_dataset(op.name + "_amax").set_attr("recipe", recipe_name(op.q.recipe));
   }
 }
 

@@ -133,7 +133,7 @@ TEST_CASE("1x128 lhs: torchao shapes, blocks 128 and 256, bf16 and fp32 inputs")
         CAPTURE(dtype);
         const QuantOptions opt{block, false, Fp8Format::e4m3};
         const Quantized q = quantize_act_lhs(x, opt);
-        CHECK(q.recipe == "1x128");
+        CHECK(q.recipe == Recipe::act_lhs);
         CHECK(q.block_rows == 1);
         CHECK(q.block_cols == block);
         check_same(q, orc::act_lhs(x.data, s.M, s.K, oracle_opts(opt)), opt.format);
@@ -183,18 +183,18 @@ TEST_CASE("128x1 rhs with ragged M, transposed lhs, 128x128 weight") {
     CAPTURE(M);
     const TensorF x = random_input({M, 384}, seed, 1, Dtype::fp32);
     const Quantized r = quantize_act_rhs(x, opt);
-    CHECK(r.recipe == "128x1");
+    CHECK(r.recipe == Recipe::act_rhs);
     CHECK(r.scales.shape == std::vector<std::int64_t>{(M + 127) / 128, 384});
     check_same(r, orc::act_rhs(x.data, M, 384, oracle_opts(opt)), opt.format);
     const Quantized t = quantize_act_lhs_t(x, opt);
-    CHECK(t.recipe == "1x128T");
+    CHECK(t.recipe == Recipe::act_lhs_t);
     check_same(t, orc::act_lhs_t(x.data, M, 384, oracle_opts(opt)), opt.format);
   }
   const std::uint64_t seed = test::seed_for(310);
   CAPTURE(seed);
   const TensorF w = random_input({512, 768}, seed, 2, Dtype::bf16);
   const Quantized q = quantize_weight(w, opt);
-  CHECK(q.recipe == "128x128");
+  CHECK(q.recipe == Recipe::weight_fwd);
   check_same(q, orc::weight(w.ptr(), 512, 768, oracle_opts(opt)), opt.format);
 }
 
@@ -336,8 +336,8 @@ TEST_CASE("K-grouped flat lhs/rhs equal per-expert transposed-lhs / 128x1 result
       }
       start = offs[e];
     }
-    CHECK(ql.recipe == "kgrouped-lhs");
-    CHECK(qr.recipe == "kgrouped-rhs");
+    CHECK(ql.recipe == Recipe::kgrouped_lhs);
+    CHECK(qr.recipe == Recipe::kgrouped_rhs);
     check_same(ql, ol, opt.format);
     check_same(qr, orr, opt.format);
   }
