@@ -146,54 +146,43 @@ void lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, co
   row(rows, "cublaslt", p, s, blk, c, pt);
 }
 
+// A generated (normal, fp32) input of `shape`, quantized with recipe r; the fp32 copy is freed.
+DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape, std::uint32_t tensor,
+                                std::span<const std::int32_t> offs, const QuantOptions& q) {
+  const DeviceBuffer<float> x = generate_device(shape, Dist::normal, 1, tensor);
+  return quantize<float>(r, x.get(), shape, offs, q);
+}
+
 void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
   opt.promotion = Promotion::cublas;
+  const QuantOptions& q = opt.quant;
   {  // fwd: A (M,K) 1x128, W (E,N,K) 128x128 -> (M,N) bf16
     require_device_memory(estimate(M * s.K + s.E * s.N * s.K, M * s.N, 2 + 4 + 2), shape_name("cublaslt fwd", s));
-    DeviceQuantized a_q, w_q;
-    {
-      const DeviceBuffer<float> a = generate_device({M, s.K}, Dist::normal, 1, kTensorA);
-      a_q = quantize<float>(Recipe::act_lhs, a.get(), {M, s.K}, {}, opt.quant);
-    }
-    {
-      const DeviceBuffer<float> w = generate_device({s.E, s.N, s.K}, Dist::normal, 1, kTensorW);
-      w_q = quantize<float>(Recipe::weight_fwd, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
-    }
+    const DeviceQuantized a_q = quantized_input(Recipe::act_lhs, {M, s.K}, kTensorA, {}, q);
+    const DeviceQuantized w_q = quantized_input(Recipe::weight_fwd, {s.E, s.N, s.K}, kTensorW, {}, q);
     lt_pass(lt, Pass::fwd, s, M * s.N, opt,
             [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
             [&](const GemmOptions& m, float* out) { simt_grouped_fwd(a_q, w_q, offs, m, out); }, rows);
   }
   {  // dgrad: dOut (M,N) 1x128, W (E,N,K) as 128x128T (E,K,N) -> (M,K) bf16
     require_device_memory(estimate(M * s.N + s.E * s.N * s.K, M * s.K, 2 + 4 + 2), shape_name("cublaslt dgrad", s));
-    DeviceQuantized g_q, w_q;
-    {
-      const DeviceBuffer<float> g = generate_device({M, s.N}, Dist::normal, 1, kTensorGradOut);
-      g_q = quantize<float>(Recipe::act_lhs, g.get(), {M, s.N}, {}, opt.quant);
-    }
-    {
-      const DeviceBuffer<float> w = generate_device({s.E, s.N, s.K}, Dist::normal, 1, kTensorW);
-      w_q = quantize<float>(Recipe::weight_dgrad, w.get(), {s.E, s.N, s.K}, {}, opt.quant);
-    }
+    const DeviceQuantized g_q = quantized_input(Recipe::act_lhs, {M, s.N}, kTensorGradOut, {}, q);
+    const DeviceQuantized w_q = quantized_input(Recipe::weight_dgrad, {s.E, s.N, s.K}, kTensorW, {}, q);
     lt_pass(lt, Pass::dgrad, s, M * s.K, opt,
             [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
             [&](const GemmOptions& m, float* out) { simt_grouped_dgrad(g_q, w_q, offs, m, out); }, rows);
   }
-  {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16
-    require_device_memory(estimate(M * (s.N + s.K), s.E * s.N * s.K, 2 + 4 + 2), shape_name("cublaslt wgrad", s));
-    DeviceQuantized g_q, a_q;
-    {
-      const DeviceBuffer<float> g = generate_device({M, s.N}, Dist::normal, 1, kTensorGradOut);
-      g_q = quantize<float>(Recipe::kgrouped_lhs, g.get(), {M, s.N}, offs, opt.quant);
-    }
-    {
-      const DeviceBuffer<float> a = generate_device({M, s.K}, Dist::normal, 1, kTensorA);
-      a_q = quantize<float>(Recipe::kgrouped_rhs, a.get(), {M, s.K}, offs, opt.quant);
-    }
+  {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16. cuBLASLt takes A^T as
+     // kgrouped-lhs codes (K,M); the simt model the same blocks as kgrouped-rhs codes (M,K).
+    require_device_memory(estimate(M * (s.N + 2 * s.K), s.E * s.N * s.K, 2 + 4 + 2), shape_name("cublaslt wgrad", s));
+    const DeviceQuantized g_q = quantized_input(Recipe::kgrouped_lhs, {M, s.N}, kTensorGradOut, offs, q);
+    const DeviceQuantized at_q = quantized_input(Recipe::kgrouped_lhs, {M, s.K}, kTensorA, offs, q);
+    const DeviceQuantized a_q = quantized_input(Recipe::kgrouped_rhs, {M, s.K}, kTensorA, offs, q);
     lt_pass(lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
-            [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, a_q, offs, opt, out, nullptr, sc); },
+            [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, at_q, offs, opt, out, nullptr, sc); },
             [&](const GemmOptions& m, float* out) { simt_grouped_wgrad(g_q, a_q, offs, m, out); }, rows);
   }
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after cublaslt", s));

@@ -7,14 +7,12 @@
 #include <cstdlib>
 
 #include "kernels/check.hpp"
+#include "support/listener.hpp"
 
 namespace {
 
-struct GpuGate : doctest::IReporter {
+struct GpuGate : fp8moe::test::Listener {
   explicit GpuGate(const doctest::ContextOptions&) {}
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
   void test_case_start(const doctest::TestCaseData& tc) override {
     static const int devices = fp8moe::kernels::cuda_device_count();
     if (devices == 0) {
@@ -23,14 +21,6 @@ struct GpuGate : doctest::IReporter {
       std::exit(77);
     }
   }
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
 };
 
 }  // namespace

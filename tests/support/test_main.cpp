@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "support/listener.hpp"
 #include "support/test_support.hpp"
 
 namespace fp8moe::test {
@@ -28,21 +29,10 @@ namespace {
 // Counts the test cases a run's filters selected. CTest runs each case as `SUITE -tc=NAME`; a name
 // that does not select its case (CMake splits a discovered name at ';') would run nothing and
 // pass: main turns a filtered run that selected no case into a failure.
-struct SelectedCount : doctest::IReporter {
+struct SelectedCount : fp8moe::test::Listener {
   static inline unsigned selected = 0;
   explicit SelectedCount(const doctest::ContextOptions&) {}
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
   void test_run_end(const doctest::TestRunStats& s) override { selected = s.numTestCasesPassingFilters; }
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
 };
 REGISTER_LISTENER("fp8moe_selected_count", 1, SelectedCount);
 
