@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the bad-input suite (test_cli_badinput.cpp): a scratch folder, file snapshots
+// Helpers of the bad-input suite (test_cli_badinput.cpp), beyond support/cli_files.hpp: file snapshots
 // compared byte for byte, a tmpfs of a given size (root only), a sweep in the background.
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -17,31 +17,12 @@
 #include <string>
 #include <thread>
 
+#include "support/cli_files.hpp"
 #include "support/run_cli.hpp"
 
 namespace fp8moe::test {
 
 namespace fs = std::filesystem;
-
-// A scratch folder in the build tree, one per process: CTest runs the cases in parallel.
-inline const std::string& work_dir() {
-  static const std::string d = std::string(FP8MOE_TEST_WORK) + "/p" + std::to_string(::getpid());
-  fs::create_directories(d);
-  return d;
-}
-
-inline std::string scratch(const std::string& name) {
-  const std::string p = work_dir() + "/" + name;
-  std::error_code ec;
-  fs::remove_all(p, ec);
-  return p;
-}
-
-inline std::string write_file(const std::string& name, const std::string& bytes) {
-  const std::string p = scratch(name);
-  std::ofstream(p, std::ios::binary) << bytes;
-  return p;
-}
 
 inline std::optional<std::string> bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -50,8 +31,6 @@ inline std::optional<std::string> bytes_of(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
-
-inline bool has(const Run& r, const std::string& s) { return r.output.find(s) != std::string::npos; }
 
 // The file type at `path` without following a link: 'f' regular, 'd' directory, 'c' character
 // device, 'p' FIFO, 's' socket, 'l' symlink, '-' nothing.

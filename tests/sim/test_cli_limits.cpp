@@ -12,34 +12,27 @@
 #include <fstream>
 #include <string>
 
+#include "support/cli_files.hpp"
 #include "support/run_cli.hpp"
 
+using fp8moe::test::has;
 using fp8moe::test::quote;
+using fp8moe::test::scratch;
+using fp8moe::test::write_file;
 using fp8moe::test::TimedRun;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kDir = std::string(FP8MOE_TEST_WORK) + "/p" + std::to_string(::getpid());
 // A refusal is a check of sizes before any work: seconds even on a loaded CI machine with
 // sanitizers; the commands it replaces ran for hours or until memory ran out.
 constexpr double kPrompt = 10.0;
 constexpr int kKillAfter = 60;
 
-bool has(const TimedRun& r, const std::string& s) { return r.output.find(s) != std::string::npos; }
-
-std::string write(const std::string& name, const std::string& text) {
-  fs::create_directories(kDir);
-  const std::string p = kDir + "/" + name;
-  std::ofstream(p, std::ios::binary) << text;
-  return p;
-}
-
+// A scratch output path, its PATH.tmp from an earlier case removed too.
 std::string out_path(const std::string& name) {
-  fs::create_directories(kDir);
-  const std::string p = kDir + "/" + name;
-  fs::remove(p);
+  const std::string p = scratch(name);
   fs::remove(p + ".tmp");
   return p;
 }
@@ -59,7 +52,7 @@ TimedRun refused(const std::string& command, const std::string& args, std::initi
 
 // A scenario refused by `list` and by `sweep`, which leaves no result file.
 void refused_scenario(const std::string& name, const std::string& text, std::initializer_list<const char*> words) {
-  const std::string ini = write(name + ".ini", text);
+  const std::string ini = write_file(name + ".ini", text);
   refused("list", quote(ini), words);
   const std::string out = out_path(name + ".h5");
   refused("sweep", quote(ini) + " --out " + quote(out), words);
@@ -151,7 +144,7 @@ TEST_CASE("file size: a scenario file past 16 MiB, or an endless device, is refu
   // A regular file one byte past the limit: valid text, refused for its size alone.
   std::string big = "[scenario.a]\nlevel = op\n";
   big.resize((std::size_t{16} << 20) + 1, '#');
-  const std::string ini = write("big.ini", big);
+  const std::string ini = write_file("big.ini", big);
   refused("list", quote(ini), {"big.ini", "larger than the limit of 16777216 bytes"});
 }
 

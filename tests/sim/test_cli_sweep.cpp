@@ -10,40 +10,29 @@
 #include <string>
 
 #include "results/h5.hpp"
+#include "support/cli_files.hpp"
 #include "support/run_cli.hpp"
 
+using fp8moe::test::has;
 using fp8moe::test::quote;
+using fp8moe::test::scratch;
+using fp8moe::test::write_file;
 using fp8moe::test::Run;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// A scratch folder in the build tree, one per process: CTest runs the cases in parallel.
-const std::string kDir = std::string(FP8MOE_TEST_WORK) + "/p" + std::to_string(::getpid());
+// The scratch folder (support/cli_files.hpp).
+const std::string kDir = fp8moe::test::work_dir();
 const std::string kSmall = FP8MOE_SWEEP_SCENARIOS "/small.ini";
 const std::string kStrict = FP8MOE_SWEEP_SCENARIOS "/gates_strict.ini";
 
 Run cli(const std::string& cmd, const std::string& args) { return fp8moe::test::run_cli(cmd, args); }
-bool has(const Run& r, const std::string& s) { return r.output.find(s) != std::string::npos; }
-
-std::string write(const std::string& name, const std::string& text) {
-  fs::create_directories(kDir);
-  const std::string p = kDir + "/" + name;
-  std::ofstream(p, std::ios::binary) << text;
-  return p;
-}
-std::string out_path(const std::string& name) {
-  fs::create_directories(kDir);
-  const std::string p = kDir + "/" + name;
-  fs::remove(p);
-  return p;
-}
-
 // One small sweep shared by the report/compare/gate cases (run once per process).
 const std::string& small_run() {
   static const std::string path = [] {
-    const std::string p = out_path("small.h5");
+    const std::string p = scratch("small.h5");
     const Run r = cli("sweep", quote(kSmall) + " --out " + quote(p) + " -q");
     INFO(r.output);
     REQUIRE(r.rc == 0);
@@ -55,10 +44,10 @@ const std::string& small_run() {
 // The op cases of small.ini with other seeds: another sweep (other scenario text, other values).
 const std::string& other_seed_run() {
   static const std::string path = [] {
-    const std::string ini = write("other_seed.ini", "[defaults]\nmode = torchao-emulated, promote-fp32:cublas\nseed = 3..4\n"
+    const std::string ini = write_file("other_seed.ini", "[defaults]\nmode = torchao-emulated, promote-fp32:cublas\nseed = 3..4\n"
                                                     "[scenario.op]\nlevel = op\nmesh = tp=2\noffs = 129,384,500\nn = 256\n"
                                                     "k = 256\npass = all\nplacements = direct\n");
-    const std::string p = out_path("other_seed.h5");
+    const std::string p = scratch("other_seed.h5");
     const Run r = cli("sweep", quote(ini) + " --out " + quote(p) + " -q");
     INFO(r.output);
     REQUIRE(r.rc == 0);
@@ -69,8 +58,8 @@ const std::string& other_seed_run() {
 
 // A bad scenario: exit 2, one line naming file:line and the fix, and no result file.
 void bad_scenario(const char* what, const std::string& text, const std::string& expect) {
-  const std::string ini = write(std::string(what) + ".ini", text);
-  const std::string out = out_path(std::string(what) + ".h5");
+  const std::string ini = write_file(std::string(what) + ".ini", text);
+  const std::string out = scratch(std::string(what) + ".h5");
   const Run r = cli("sweep", quote(ini) + " --out " + quote(out));
   CAPTURE(what);
   CAPTURE(r.output);
@@ -119,8 +108,8 @@ TEST_CASE("bad input: a case whose memory estimate exceeds the machine") {
 }
 
 TEST_CASE("bad input: unreadable or foreign HDF5 files for report, compare, gate and resume") {
-  const std::string junk = write("junk.h5", "not an HDF5 file at all\n");
-  const std::string foreign = out_path("foreign.h5");
+  const std::string junk = write_file("junk.h5", "not an HDF5 file at all\n");
+  const std::string foreign = scratch("foreign.h5");
   {
     auto f = fp8moe::h5::File::create(foreign);
     f.set_attr("format", "something-else");
@@ -172,7 +161,7 @@ TEST_CASE("list shows every expanded case, runnable and rejected with the reason
 }
 
 TEST_CASE("the sweep table: one row per case x pass x tensor, a summary line, default gates pass") {
-  const std::string out = out_path("table.h5");
+  const std::string out = scratch("table.h5");
   const Run r = cli("sweep", quote(kSmall) + " --only op --out " + quote(out) + " -q");
   CAPTURE(r.output);
   REQUIRE(r.rc == 0);
@@ -200,7 +189,7 @@ TEST_CASE("gate fails a floor no run meets, and a baseline drop, naming case, va
 }
 
 TEST_CASE("an `expect = identical` gate holds a row to the baseline's row of the same case, and asks for one") {
-  const std::string gates = write("identity_gates.ini",
+  const std::string gates = write_file("identity_gates.ini",
                                   "[gate.same]\ndescription = the reference against itself\nbackend = reference\n"
                                   "mode = !hp64\nexpect = identical\n");
   const Run none = cli("gate", quote(small_run()) + " --gates " + quote(gates));
@@ -216,7 +205,7 @@ TEST_CASE("an `expect = identical` gate holds a row to the baseline's row of the
   CHECK(other.rc == 1);
   CHECK(has(other, "no row of this case in the baseline"));
   const Run bad = cli("gate", quote(small_run()) + " --gates " +
-                                  quote(write("bad_identity.ini", "[gate.x]\nexpect = same\n")));
+                                  quote(write_file("bad_identity.ini", "[gate.x]\nexpect = same\n")));
   CHECK(bad.rc == 2);
   CHECK(has(bad, "expect bitwise (to the single device) or identical (to the baseline run)"));
 }
@@ -252,14 +241,14 @@ TEST_CASE("compare: a run against itself is identical, a different seed changes 
 TEST_CASE("--shard I/N slices are disjoint and merge into the unsharded run") {
   std::string parts;
   for (int i = 0; i < 3; ++i) {
-    const std::string p = out_path("shard" + std::to_string(i) + ".h5");
+    const std::string p = scratch("shard" + std::to_string(i) + ".h5");
     const Run r = cli("sweep", quote(kSmall) + " --shard " + std::to_string(i) + "/3 --out " + quote(p) + " -q");
     CAPTURE(r.output);
     REQUIRE(r.rc == 0);
     CHECK(has(r, "in shard " + std::to_string(i) + "/3"));
     parts += " " + quote(p);
   }
-  const std::string merged = out_path("merged.h5");
+  const std::string merged = scratch("merged.h5");
   const Run m = cli("merge", quote(merged) + parts);
   CAPTURE(m.output);
   REQUIRE(m.rc == 0);
@@ -267,7 +256,7 @@ TEST_CASE("--shard I/N slices are disjoint and merge into the unsharded run") {
   CAPTURE(c.output);
   CHECK(c.rc == 0);
   // Refusals: a missing shard, a repeated one, a file of another sweep; no output left behind.
-  const std::string bad = out_path("bad_merge.h5");
+  const std::string bad = scratch("bad_merge.h5");
   const Run missing = cli("merge", quote(bad) + " " + quote(kDir + "/shard0.h5") + " " + quote(kDir + "/shard1.h5"));
   CHECK(missing.rc == 2);
   CHECK(has(missing, "shards 2/3 are missing"));
@@ -281,11 +270,11 @@ TEST_CASE("--shard I/N slices are disjoint and merge into the unsharded run") {
 }
 
 TEST_CASE("--mesh mpi without MPI support, or fake under a launcher, is refused") {
-  const Run r = fp8moe::test::run_cli("sweep", quote(kSmall) + " --out " + quote(out_path("launch.h5")) + " -q");
+  const Run r = fp8moe::test::run_cli("sweep", quote(kSmall) + " --out " + quote(scratch("launch.h5")) + " -q");
   REQUIRE(r.rc == 0);
   // Several ranks started by a launcher with --mesh fake would run N copies of the sweep.
   const std::string cmd = "env OMPI_COMM_WORLD_SIZE=4 " + quote(FP8MOE_BIN) + " sweep " + quote(kSmall) + " --out " +
-                          quote(out_path("launched.h5")) + " 2>&1";
+                          quote(scratch("launched.h5")) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string output;
