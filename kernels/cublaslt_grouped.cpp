@@ -191,9 +191,9 @@ void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q
   require_recipe(A_q.recipe, Recipe::act_lhs, "cublaslt fwd: A");
   require_recipe(W_q.recipe, Recipe::weight_fwd, "cublaslt fwd: W");
   check_opt("fwd", opt, A_q, W_q);
-  const std::int64_t M = dim(A_q.layout.codes, 0), K = dim(A_q.layout.codes, 1);
-  const std::int64_t E = dim(W_q.layout.codes, 0), N = dim(W_q.layout.codes, 1);
-  if (dim(W_q.layout.codes, 2) != K) fail("cublaslt fwd: A has K = ", K, " but W has K = ", dim(W_q.layout.codes, 2));
+  const std::int64_t M = A_q.layout.code_dim(0), K = A_q.layout.code_dim(1);
+  const std::int64_t E = W_q.layout.code_dim(0), N = W_q.layout.code_dim(1);
+  if (W_q.layout.code_dim(2) != K) fail("cublaslt fwd: A has K = ", K, " but W has K = ", W_q.layout.code_dim(2));
   if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt fwd: W has ", E, " experts but offs has ", offs.size());
   check_offsets(offs, M);
   check_rows("fwd", offs);
@@ -230,9 +230,9 @@ void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized
   require_recipe(dOut_q.recipe, Recipe::act_lhs, "cublaslt dgrad: dOut");
   require_recipe(W_q.recipe, Recipe::weight_dgrad, "cublaslt dgrad: W (dgrad orientation)");
   check_opt("dgrad", opt, dOut_q, W_q);
-  const std::int64_t M = dim(dOut_q.layout.codes, 0), N = dim(dOut_q.layout.codes, 1);
-  const std::int64_t E = dim(W_q.layout.codes, 0), K = dim(W_q.layout.codes, 1);
-  if (dim(W_q.layout.codes, 2) != N) fail("cublaslt dgrad: dOut has N = ", N, " but W has N = ", dim(W_q.layout.codes, 2));
+  const std::int64_t M = dOut_q.layout.code_dim(0), N = dOut_q.layout.code_dim(1);
+  const std::int64_t E = W_q.layout.code_dim(0), K = W_q.layout.code_dim(1);
+  if (W_q.layout.code_dim(2) != N) fail("cublaslt dgrad: dOut has N = ", N, " but W has N = ", W_q.layout.code_dim(2));
   if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt dgrad: W has ", E, " experts but offs has ", offs.size());
   check_offsets(offs, M);
   check_rows("dgrad", offs);
@@ -270,9 +270,9 @@ void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantize
   require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: dOut^T");
   require_recipe(AT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: A^T");
   check_opt("wgrad", opt, dOutT_q, AT_q);
-  const std::int64_t N = dim(dOutT_q.layout.codes, 0), M = dim(dOutT_q.layout.codes, 1);
-  const std::int64_t K = dim(AT_q.layout.codes, 0);
-  if (dim(AT_q.layout.codes, 1) != M) fail("cublaslt wgrad: dOut has ", M, " tokens but A has ", dim(AT_q.layout.codes, 1));
+  const std::int64_t N = dOutT_q.layout.code_dim(0), M = dOutT_q.layout.code_dim(1);
+  const std::int64_t K = AT_q.layout.code_dim(0);
+  if (AT_q.layout.code_dim(1) != M) fail("cublaslt wgrad: dOut has ", M, " tokens but A has ", AT_q.layout.code_dim(1));
   check_offsets(offs, M);
   check_kgroup_offsets(offs, M, 128);
   check_ld("wgrad", "M (tokens)", M);

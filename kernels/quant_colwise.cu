@@ -12,12 +12,9 @@ void launch_b(const T* x, std::int64_t M, std::int64_t K, std::uint8_t* codes, f
               cudaStream_t stream) {
   using colblock::Amax;
   const bool p2 = opt.pow2_scales;
-  switch (opt.block) {
-    case 64: return colblock::launch<T, 64, Amax::column, kTranspose>(x, 1, M, K, codes, scales, p2, opt.format, stream, "quant_colwise");
-    case 128: return colblock::launch<T, 128, Amax::column, kTranspose>(x, 1, M, K, codes, scales, p2, opt.format, stream, "quant_colwise");
-    case 256: return colblock::launch<T, 256, Amax::column, kTranspose>(x, 1, M, K, codes, scales, p2, opt.format, stream, "quant_colwise");
-    default: fail("quant_colwise: block ", opt.block, " is not supported: use 64, 128 or 256");
-  }
+  dispatch_block("quant_colwise: ", opt.block, [&](auto b) {
+    colblock::launch<T, decltype(b)::value, Amax::column, kTranspose>(x, 1, M, K, codes, scales, p2, opt.format, stream, "quant_colwise");
+  });
 }
 
 }  // namespace

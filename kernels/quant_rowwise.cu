@@ -90,12 +90,8 @@ template <class T>
 void launch_quant_rowwise(const T* x, std::int64_t groups, std::uint8_t* codes, float* scales, const QuantOptions& opt,
                           cudaStream_t stream) {
   if (groups == 0) return;
-  switch (opt.block) {
-    case 64: return launch<T, 64>(x, groups, codes, scales, opt, stream);
-    case 128: return launch<T, 128>(x, groups, codes, scales, opt, stream);
-    case 256: return launch<T, 256>(x, groups, codes, scales, opt, stream);
-    default: fail("quant_rowwise: block ", opt.block, " is not supported: use 64, 128 or 256");
-  }
+  dispatch_block("quant_rowwise: ", opt.block,
+                 [&](auto b) { launch<T, decltype(b)::value>(x, groups, codes, scales, opt, stream); });
 }
 
 template void launch_quant_rowwise<float>(const float*, std::int64_t, std::uint8_t*, float*, const QuantOptions&,

@@ -12,12 +12,9 @@ void launch_b(const T* w, std::int64_t E, std::int64_t N, std::int64_t K, std::u
               const QuantOptions& opt, cudaStream_t stream) {
   using colblock::Amax;
   const bool p2 = opt.pow2_scales;
-  switch (opt.block) {
-    case 64: return colblock::launch<T, 64, Amax::tile, kTranspose>(w, E, N, K, codes, scales, p2, opt.format, stream, "quant_tile");
-    case 128: return colblock::launch<T, 128, Amax::tile, kTranspose>(w, E, N, K, codes, scales, p2, opt.format, stream, "quant_tile");
-    case 256: return colblock::launch<T, 256, Amax::tile, kTranspose>(w, E, N, K, codes, scales, p2, opt.format, stream, "quant_tile");
-    default: fail("quant_tile: block ", opt.block, " is not supported: use 64, 128 or 256");
-  }
+  dispatch_block("quant_tile: ", opt.block, [&](auto b) {
+    colblock::launch<T, decltype(b)::value, Amax::tile, kTranspose>(w, E, N, K, codes, scales, p2, opt.format, stream, "quant_tile");
+  });
 }
 
 }  // namespace

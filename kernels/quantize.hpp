@@ -35,16 +35,10 @@ inline constexpr Recipe kAllRecipes[] = {Recipe::act_lhs,      Recipe::act_rhs, 
                                          Recipe::weight_fwd,   Recipe::weight_dgrad, Recipe::kgrouped_lhs,
                                          Recipe::kgrouped_rhs};
 
-// Shapes of codes and scales for an input shape, after the preconditions of reference/ are checked
-// (Error naming the dim and value otherwise). offs only for the K-grouped recipes.
-struct QuantLayout {
-  std::vector<std::int64_t> codes, scales;
-  int block_rows = 1, block_cols = 1;
-  std::int64_t code_count() const;
-  std::int64_t scale_count() const;
-};
-QuantLayout quant_layout(Recipe r, const std::vector<std::int64_t>& in_shape, std::span<const std::int32_t> offs,
-                         const QuantOptions& opt);
+// The layout of each recipe's codes and scales, and its preconditions: reference/'s, one mapping
+// for the CPU and GPU quantizers (reference/quantize.hpp quant_layout).
+using fp8moe::QuantLayout;
+using fp8moe::quant_layout;
 
 // Quantize x (device, in_shape) into preallocated device buffers of quant_layout's sizes.
 template <class T>

@@ -29,12 +29,8 @@ struct Units<Fp8Format::e5m2> {
   using Acc = __int128;       // |P| < 2^72
 };
 
-__device__ __forceinline__ std::uint8_t code_at(const BlockOperand& op, std::int64_t r, std::int64_t k) {
-  return op.codes[r * op.rs + k * op.ks];
-}
-__device__ __forceinline__ float scale_at(const BlockOperand& op, std::int64_t r, std::int64_t b) {
-  return op.scales[(r / op.rblock) * op.srs + b * op.sks];
-}
+__device__ __forceinline__ std::uint8_t code_at(const BlockOperand& op, std::int64_t r, std::int64_t k) { return op.code(r, k); }
+__device__ __forceinline__ float scale_at(const BlockOperand& op, std::int64_t r, std::int64_t b) { return op.scale(r, b); }
 
 // A block with a NaN/Inf code: the fp64 sum of decoded products (reference's scalar path). Its
 // value is +-Inf or NaN whatever the order, since finite products cannot overflow fp64.

@@ -129,9 +129,7 @@ inline void finish_row(const Combine& c, OutDtype out, const double* acc_d, cons
   }
 }
 
-inline float scale_of(const BlockOperand& op, std::int64_t r, std::int64_t b) {
-  return op.scales[(r / op.rblock) * op.srs + b * op.sks];
-}
+inline float scale_of(const BlockOperand& op, std::int64_t r, std::int64_t b) { return op.scale(r, b); }
 
 void check_combine_mode(const GemmOptions& opt) {
   if (opt.mode != Mode::exact && !is_promoted(opt.mode)) {

@@ -81,6 +81,9 @@ struct BlockOperand {
   std::int64_t srs = 0, sks = 0;
   int rblock = 1;
   std::int64_t rows = 0;
+  // The formulas above, host and device (the CPU GEMM and the simt kernel read through these).
+  FP8MOE_HD std::uint8_t code(std::int64_t r, std::int64_t k) const { return codes[r * rs + k * ks]; }
+  FP8MOE_HD float scale(std::int64_t r, std::int64_t b) const { return scales[(r / rblock) * srs + b * sks]; }
 };
 // act x act when both operands carry one scale per row and k-block (wgrad's 1x128 x 1x128).
 inline ScaleConfig scale_config(const BlockOperand& L, const BlockOperand& R) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "reference/gemm.hpp"
+#include "reference/grouped_plan.hpp"
 #include "reference/groups.hpp"
 
 namespace fp8moe {
@@ -194,17 +195,13 @@ TensorD with_padding(const GemmOptions& opt, std::span<const std::int32_t> offs,
   return unpad_output ? unpad_rows(out, offs, p) : out;
 }
 
-BlockOperand lhs_rows(const Quantized& q, std::int64_t r0, std::int64_t rows) {
-  // 1x128 codes (M, C): rows [r0, r0+rows), scales (M, C/B)
-  const std::int64_t C = q.codes.dim(1), nb = q.scales.dim(1);
-  return BlockOperand{q.codes.ptr() + r0 * C, C, 1, q.scales.ptr() + r0 * nb, nb, 1, 1, rows};
-}
-
-BlockOperand weight_expert(const Quantized& q, std::int64_t e) {
-  // grouped weight codes (E, R, C), 128x128 scales (E, R/B, C/B)
-  const std::int64_t R = q.codes.dim(1), C = q.codes.dim(2);
-  const std::int64_t sr = q.scales.dim(1), sc = q.scales.dim(2);
-  return BlockOperand{q.codes.ptr() + e * R * C, C, 1, q.scales.ptr() + e * sr * sc, sc, 1, q.block_rows, R};
+// A plan's GEMMs on the CPU, all experts in one parallel region.
+TensorD run_plan(const GroupedPlan& plan, const GemmOptions& opt) {
+  TensorD out(plan.out_shape, 0.0);
+  std::vector<GemmTask> tasks;
+  for (const ExpertGemm& g : plan.gemms) tasks.push_back({g.L, g.R, g.kc, out.ptr() + g.out_offset, g.ldc, g.splits});
+  block_gemm_batch(tasks, opt);
+  return out;
 }
 
 void check_q_mode(const GemmOptions& opt) {
@@ -241,67 +238,19 @@ int splits_of(const GemmOptions& opt, std::size_t e) {
 TensorD grouped_fwd_q(const Quantized& A_q, const Quantized& W_q, std::span<const std::int32_t> offs,
                       const GemmOptions& opt) {
   check_q_mode(opt);
-  require_recipe(A_q.recipe, Recipe::act_lhs, "fwd: A");
-  require_recipe(W_q.recipe, Recipe::weight_fwd, "fwd: W");
-  const std::int64_t M = A_q.codes.dim(0), K = A_q.codes.dim(1), N = W_q.codes.dim(1);
-  if (W_q.codes.dim(2) != K) fail("fwd: A has K = ", K, " but W has K = ", W_q.codes.dim(2));
-  check_offsets(offs, M);
-  TensorD out({M, N}, 0.0);
-  std::vector<GemmTask> tasks;
-  std::int64_t s = 0;
-  for (std::size_t e = 0; e < offs.size(); ++e) {
-    tasks.push_back({lhs_rows(A_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), K,
-                     out.ptr() + s * N, N, splits_of(opt, e)});
-    s = offs[e];
-  }
-  block_gemm_batch(tasks, opt);
-  return out;
+  return run_plan(plan_grouped(Pass::fwd, operand(A_q), operand(W_q), offs, opt), opt);
 }
 
 TensorD grouped_dgrad_q(const Quantized& dOut_q, const Quantized& W_q, std::span<const std::int32_t> offs,
                         const GemmOptions& opt) {
   check_q_mode(opt);
-  require_recipe(dOut_q.recipe, Recipe::act_lhs, "dgrad: dOut");
-  require_recipe(W_q.recipe, Recipe::weight_dgrad, "dgrad: W (dgrad orientation)");
-  const std::int64_t M = dOut_q.codes.dim(0), N = dOut_q.codes.dim(1), K = W_q.codes.dim(1);
-  if (W_q.codes.dim(2) != N) fail("dgrad: dOut has N = ", N, " but W has N = ", W_q.codes.dim(2));
-  check_offsets(offs, M);
-  TensorD out({M, K}, 0.0);
-  std::vector<GemmTask> tasks;
-  std::int64_t s = 0;
-  for (std::size_t e = 0; e < offs.size(); ++e) {
-    tasks.push_back({lhs_rows(dOut_q, s, offs[e] - s), weight_expert(W_q, static_cast<std::int64_t>(e)), N,
-                     out.ptr() + s * K, K, splits_of(opt, e)});
-    s = offs[e];
-  }
-  block_gemm_batch(tasks, opt);
-  return out;
+  return run_plan(plan_grouped(Pass::dgrad, operand(dOut_q), operand(W_q), offs, opt), opt);
 }
 
 TensorD grouped_wgrad_q(const Quantized& dOutT_q, const Quantized& A_q, std::span<const std::int32_t> offs,
                         const GemmOptions& opt) {
   check_q_mode(opt);
-  require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "wgrad: dOut^T");
-  require_recipe(A_q.recipe, Recipe::kgrouped_rhs, "wgrad: A");
-  const std::int64_t N = dOutT_q.codes.dim(0), M = dOutT_q.codes.dim(1), K = A_q.codes.dim(1);
-  const std::int64_t B = opt.quant.block;
-  if (A_q.codes.dim(0) != M) fail("wgrad: dOut has ", M, " tokens but A has ", A_q.codes.dim(0));
-  check_offsets(offs, M);
-  const std::int64_t E = static_cast<std::int64_t>(offs.size());
-  TensorD out({E, N, K}, 0.0);
-  std::vector<GemmTask> tasks;
-  std::int64_t s = 0;
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
-    // lhs: dOut^T (N, tokens of e); scales (N, M/B) from column s/B
-    const BlockOperand L{dOutT_q.codes.ptr() + s, M, 1, dOutT_q.scales.ptr() + s / B, M / B, 1, 1, N};
-    // rhs: A^T (K, tokens of e) read from A codes (M, K); scales (M/B, K) from row s/B
-    const BlockOperand R{A_q.codes.ptr() + s * K, 1, K, A_q.scales.ptr() + (s / B) * K, 1, K, 1, K};
-    tasks.push_back({L, R, Me, out.ptr() + e * N * K, K, splits_of(opt, static_cast<std::size_t>(e))});
-    s = offs[static_cast<std::size_t>(e)];
-  }
-  block_gemm_batch(tasks, opt);
-  return out;
+  return run_plan(plan_grouped(Pass::wgrad, operand(dOutT_q), operand(A_q), offs, opt), opt);
 }
 
 TensorD grouped_fwd(const TensorF& A, const TensorF& W, std::span<const std::int32_t> offs, const GemmOptions& opt) {

@@ -33,16 +33,27 @@ Fp8Format parse_format(const std::string& s) {
   fail("unknown FP8 format '", s, "': use e4m3 or e5m2");
 }
 
+std::string block_sizes_text() {
+  const std::vector<int> sizes = []<int... Bs>(std::integer_sequence<int, Bs...>) { return std::vector<int>{Bs...}; }(BlockSizes{});
+  std::string s;
+  for (std::size_t i = 0; i < sizes.size(); ++i) s += cat(i == 0 ? "" : i + 1 == sizes.size() ? " or " : ", ", sizes[i]);
+  return s;
+}
+
+bool is_block_size(int block) {
+  return []<int... Bs>(int b, std::integer_sequence<int, Bs...>) { return ((b == Bs) || ...); }(block, BlockSizes{});
+}
+
+void fail_block_size(const char* who, int block) {
+  fail(who, "block size ", block, " is not supported: use ", block_sizes_text());
+}
+
 void check_quant_options(const QuantOptions& opt) {
-  if (opt.block != 64 && opt.block != 128 && opt.block != 256) {
-    fail("block size ", opt.block, " is not supported: use 64, 128 or 256");
-  }
+  if (!is_block_size(opt.block)) fail_block_size("", opt.block);
 }
 
 float Quantized::scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const {
-  const std::int64_t sr = scales.rank() == 3 ? scales.dim(1) : scales.dim(0);
-  const std::int64_t sc = scales.rank() == 3 ? scales.dim(2) : scales.dim(1);
-  return scales.data[static_cast<std::size_t>((e * sr + r / block_rows) * sc + c / block_cols)];
+  return scales.data[static_cast<std::size_t>(layout.scale_index(e, r, c))];
 }
 
 namespace {
@@ -174,20 +185,25 @@ void quantize_tiles(const float* w, std::int64_t N, std::int64_t K, bool transpo
   merge(stats, total);
 }
 
-Quantized make(std::vector<std::int64_t> code_shape, std::vector<std::int64_t> scale_shape, int br, int bc,
-               const QuantOptions& opt, Recipe recipe) {
+// The codes and scales of recipe r for x, shaped by quant_layout (which checks the recipe's
+// preconditions).
+Quantized make(Recipe r, const std::vector<std::int64_t>& in, std::span<const std::int32_t> offs, const QuantOptions& opt) {
+  check_quant_options(opt);
   Quantized q;
-  q.codes = TensorU8(std::move(code_shape));
-  q.scales = TensorF(std::move(scale_shape));
-  q.block_rows = br;
-  q.block_cols = bc;
+  q.layout = quant_layout(r, in, offs, opt);
+  q.codes = TensorU8(q.layout.code_shape());
+  q.scales = TensorF(q.layout.scale_shape());
   q.format = opt.format;
-  q.recipe = recipe;
+  q.recipe = r;
   return q;
 }
 
-void require_rank(const TensorF& x, int rank, const char* what) {
-  if (x.rank() != rank) fail(what, " expects a ", rank, "-D tensor, got shape ", shape_str(x.shape));
+void require_rank(const std::vector<std::int64_t>& s, std::size_t rank, Recipe r) {
+  if (s.size() != rank) fail("the ", recipe_name(r), " quantizer expects a ", rank, "-D tensor, got shape ", shape_str(s));
+}
+
+QuantLayout layout_2d(std::int64_t rows, std::int64_t cols, int br, int bc) {
+  return QuantLayout{false, 1, rows, cols, br, bc};
 }
 
 }  // namespace
@@ -206,54 +222,81 @@ void check_kgroup_offsets(std::span<const std::int32_t> offs, std::int64_t M, in
 }
 
 
+QuantLayout quant_layout(Recipe r, const std::vector<std::int64_t>& s, std::span<const std::int32_t> offs,
+                         const QuantOptions& opt) {
+  check_quant_options(opt);
+  const int B = opt.block;
+  switch (r) {
+    case Recipe::act_lhs:  // 1 x B along K: (M, K) -> codes (M, K)
+      require_rank(s, 2, r);
+      require_multiple("K (the quantized dim of the 1x128 recipe)", s[1], B, "pad K to a multiple of the block");
+      return layout_2d(s[0], s[1], 1, B);
+    case Recipe::act_rhs:  // B x 1 along tokens, a ragged last block: (M, K) -> codes (M, K)
+      require_rank(s, 2, r);
+      return layout_2d(s[0], s[1], B, 1);
+    case Recipe::act_lhs_t:  // 1 x B along tokens of x^T: (M, K) -> codes (K, M)
+      require_rank(s, 2, r);
+      return layout_2d(s[1], s[0], 1, B);
+    case Recipe::weight_fwd:
+    case Recipe::weight_dgrad: {  // B x B tiles: (E, N, K) -> codes (E, N, K), or (E, K, N) for dgrad; also 2-D (N, K)
+      if (s.size() != 2) require_rank(s, 3, r);
+      const std::size_t d = s.size() - 2;
+      require_multiple("N (weight rows)", s[d], B, "use a weight dim that is a multiple of the block");
+      require_multiple("K (weight columns)", s[d + 1], B, "use a weight dim that is a multiple of the block");
+      const bool t = r == Recipe::weight_dgrad;
+      return QuantLayout{s.size() == 3, s.size() == 3 ? s[0] : 1, t ? s[d + 1] : s[d], t ? s[d] : s[d + 1], B, B};
+    }
+    case Recipe::kgrouped_lhs:  // per-expert 1 x B along tokens: (M, D) -> codes (D, M)
+      require_rank(s, 2, r);
+      check_kgroup_offsets(offs, s[0], B);
+      return layout_2d(s[1], s[0], 1, B);
+    case Recipe::kgrouped_rhs:  // per-expert B x 1 along tokens: (M, D) -> codes (M, D)
+      require_rank(s, 2, r);
+      check_kgroup_offsets(offs, s[0], B);
+      return layout_2d(s[0], s[1], B, 1);
+  }
+  fail("unknown recipe ", static_cast<int>(r));
+}
+
 Quantized quantize_act_lhs(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(x, 2, "the 1x128 quantizer");
-  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
-  require_multiple("K (the quantized dim of the 1x128 recipe)", K, opt.block, "pad K to a multiple of the block");
-  Quantized q = make({M, K}, {M, K / B}, 1, opt.block, opt, Recipe::act_lhs);
+  Quantized q = make(Recipe::act_lhs, x.shape, {}, opt);
+  const std::int64_t M = x.dim(0), K = x.dim(1);
   quantize_slab({x.ptr(), M, K}, false, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
 
 Quantized quantize_act_rhs(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(x, 2, "the 128x1 quantizer");
-  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
-  Quantized q = make({M, K}, {ceil_div(M, B), K}, opt.block, 1, opt, Recipe::act_rhs);
+  Quantized q = make(Recipe::act_rhs, x.shape, {}, opt);
+  const std::int64_t M = x.dim(0), K = x.dim(1);
   quantize_slab({x.ptr(), M, K}, true, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
 
 Quantized quantize_act_lhs_t(const TensorF& x, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(x, 2, "the transposed 1x128 quantizer");
-  const std::int64_t M = x.dim(0), K = x.dim(1), B = opt.block;
-  Quantized q = make({K, M}, {K, ceil_div(M, B)}, 1, opt.block, opt, Recipe::act_lhs_t);
+  Quantized q = make(Recipe::act_lhs_t, x.shape, {}, opt);
+  const std::int64_t M = x.dim(0), K = x.dim(1);
   quantize_slab({x.ptr(), M, K}, true, true, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
 
 Quantized quantize_weight(const TensorF& w, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(w, 2, "the 128x128 weight quantizer");
-  const std::int64_t N = w.dim(0), K = w.dim(1), B = opt.block;
-  require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
-  require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
-  Quantized q = make({N, K}, {N / B, K / B}, opt.block, opt.block, opt, Recipe::weight_fwd);
+  if (w.rank() != 2) fail("the 128x128 weight quantizer expects a 2-D tensor, got shape ", shape_str(w.shape));
+  Quantized q = make(Recipe::weight_fwd, w.shape, {}, opt);
+  const std::int64_t N = w.dim(0), K = w.dim(1);
   quantize_tiles(w.ptr(), N, K, false, q.codes.ptr(), q.scales.ptr(), opt, q.stats);
   return q;
 }
 
 Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(w, 3, "the grouped weight quantizer");
-  const std::int64_t E = w.dim(0), N = w.dim(1), K = w.dim(2), B = opt.block;
-  require_multiple("N (weight rows)", N, opt.block, "use a weight dim that is a multiple of the block");
-  require_multiple("K (weight columns)", K, opt.block, "use a weight dim that is a multiple of the block");
+  if (w.rank() != 3) fail("the grouped weight quantizer expects a 3-D tensor, got shape ", shape_str(w.shape));
   const bool t = orient == WeightOrientation::dgrad;
-  Quantized q = t ? make({E, K, N}, {E, K / B, N / B}, opt.block, opt.block, opt, Recipe::weight_dgrad)
-                  : make({E, N, K}, {E, N / B, K / B}, opt.block, opt.block, opt, Recipe::weight_fwd);
+  Quantized q = make(t ? Recipe::weight_dgrad : Recipe::weight_fwd, w.shape, {}, opt);
+  const std::int64_t E = w.dim(0), N = w.dim(1), K = w.dim(2), B = opt.block;
   for (std::int64_t e = 0; e < E; ++e) {
     quantize_tiles(w.ptr() + e * N * K, N, K, t, q.codes.ptr() + e * N * K, q.scales.ptr() + e * (N / B) * (K / B),
                    opt, q.stats);
@@ -263,11 +306,9 @@ Quantized quantize_grouped_weight(const TensorF& w, WeightOrientation orient, co
 
 Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(x, 2, "the K-grouped quantizer");
-  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
-  check_kgroup_offsets(offs, M, opt.block);
   // Codes (D, M): expert e owns columns [start_e, end_e) and scale columns [start_e/B, end_e/B).
-  Quantized q = make({D, M}, {D, M / B}, 1, opt.block, opt, Recipe::kgrouped_lhs);
+  Quantized q = make(Recipe::kgrouped_lhs, x.shape, offs, opt);
+  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
   std::int64_t start = 0;
   for (std::int32_t end : offs) {
     const std::int64_t Me = end - start;
@@ -285,11 +326,9 @@ Quantized quantize_kgrouped_lhs(const TensorF& x, std::span<const std::int32_t> 
 
 Quantized quantize_kgrouped_rhs(const TensorF& x, std::span<const std::int32_t> offs, const QuantOptions& opt) {
   check_quant_options(opt);
-  require_rank(x, 2, "the K-grouped quantizer");
-  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
-  check_kgroup_offsets(offs, M, opt.block);
   // Codes (M, D) in place; expert e owns scale rows [start_e/B, end_e/B).
-  Quantized q = make({M, D}, {M / B, D}, opt.block, 1, opt, Recipe::kgrouped_rhs);
+  Quantized q = make(Recipe::kgrouped_rhs, x.shape, offs, opt);
+  const std::int64_t M = x.dim(0), D = x.dim(1), B = opt.block;
   std::int64_t start = 0;
   for (std::int32_t end : offs) {
     const std::int64_t Me = end - start;

@@ -18,15 +18,38 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "reference/formats.hpp"
+#include "reference/quant_layout.hpp"
 #include "reference/scale.hpp"
 #include "reference/tensor.hpp"
 
 namespace fp8moe {
 
+// The quantization blocks fp8moe supports (SPEC.md 4): one list, and one dispatch from a run-time
+// block to code compiled for it (the GPU quantizers' templates).
+using BlockSizes = std::integer_sequence<int, 64, 128, 256>;
+std::string block_sizes_text();  // "64, 128 or 256"
+bool is_block_size(int block);
+[[noreturn]] void fail_block_size(const char* who, int block);
+
+// Calls f(std::integral_constant<int, B>{}) for the B of BlockSizes equal to `block`; an Error
+// naming `who` and the sizes otherwise.
+template <class F, int... Bs>
+void dispatch_block_in(const char* who, int block, F&& f, std::integer_sequence<int, Bs...>) {
+  const bool found = ((block == Bs ? (f(std::integral_constant<int, Bs>{}), true) : false) || ...);
+  if (!found) fail_block_size(who, block);
+}
+template <class F>
+void dispatch_block(const char* who, int block, F&& f) {
+  dispatch_block_in(who, block, std::forward<F>(f), BlockSizes{});
+}
+
 struct QuantOptions {
-  int block = 128;  // 64, 128 or 256
+  int block = 128;  // one of BlockSizes
   bool pow2_scales = false;
   Fp8Format format = Fp8Format::e4m3;
 };
@@ -56,11 +79,17 @@ inline std::ostream& operator<<(std::ostream& os, Recipe r) { return os << recip
 // recipe is an Error naming `what`, both recipes.
 void require_recipe(Recipe got, Recipe want, const char* what);
 
+// The layout recipe r gives an input of shape `in` (offs: the K-grouped recipes' token groups),
+// after the recipe's preconditions: its rank, the dims that must be multiples of the block, the
+// groups' offsets (an Error naming the dim, the value and the fix). The CPU and GPU quantizers
+// both take their code and scale shapes from here.
+QuantLayout quant_layout(Recipe r, const std::vector<std::int64_t>& in, std::span<const std::int32_t> offs,
+                         const QuantOptions& opt);
+
 struct Quantized {
-  TensorU8 codes;
-  TensorF scales;       // the stored reciprocal s_inv, one per block
-  int block_rows = 1;   // block extent along the codes' second-to-last dim
-  int block_cols = 1;   // block extent along the codes' last dim
+  TensorU8 codes;       // layout.code_shape()
+  TensorF scales;       // the stored reciprocal s_inv, one per block: layout.scale_shape()
+  QuantLayout layout;   // block extents along the codes' last two dims, and the index math
   Fp8Format format = Fp8Format::e4m3;
   Recipe recipe = Recipe::act_lhs;  // recipe_name(): "1x128", "128x1", "1x128T", "128x128", ...
   QuantStats stats;

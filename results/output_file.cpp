@@ -90,17 +90,21 @@ int acquire_lock(const std::string& lock, const OutputRequest& r) {
   fail("cannot lock '", lock, "': it keeps being replaced by other processes");
 }
 
-}  // namespace
-
-OutputFile::OutputFile(const OutputRequest& r) {
-  if (r.path.empty()) fail(r.flag, " is empty: give a file path");
-  std::string target = r.path;
+// What is at the path now: its target (a symbolic link to a regular file resolves to it), whether
+// it exists, and its stat. Refuses what fp8moe never writes over, and an existing file unless
+// --force or --resume.
+struct Existing {
+  std::string target;
+  bool exists = false;
   struct stat st {};
-  bool exists = ::lstat(r.path.c_str(), &st) == 0;
-  if (!exists && errno != ENOENT) {
-    fail(r.flag, " '", r.path, "': ", errno_text(errno), ": choose another path");
-  }
-  if (exists && S_ISLNK(st.st_mode)) {
+};
+
+Existing check_existing(const OutputRequest& r) {
+  Existing x{r.path, false, {}};
+  x.exists = ::lstat(r.path.c_str(), &x.st) == 0;
+  if (!x.exists && errno != ENOENT) fail(r.flag, " '", r.path, "': ", errno_text(errno), ": choose another path");
+  if (!x.exists) return x;
+  if (S_ISLNK(x.st.st_mode)) {
     struct stat t {};
     if (::stat(r.path.c_str(), &t) != 0) {
       fail(r.flag, " '", r.path, "' is a symbolic link to nothing: remove the link, or choose another path");
@@ -112,24 +116,27 @@ OutputFile::OutputFile(const OutputRequest& r) {
            "'), not to a regular file: fp8moe writes only regular files; choose another path");
     }
     if (!r.force && !r.resume) fail("'", r.path, "' exists (a symbolic link to '", real, "'): ", r.exists_fix);
-    target = real;  // --force and --resume write the link's target; the link stays
-    st = t;
-  } else if (exists && !S_ISREG(st.st_mode)) {
-    fail(r.flag, " '", r.path, "' is ", kind_of(st.st_mode),
+    x.target = real;  // --force and --resume write the link's target; the link stays
+    x.st = t;
+  } else if (!S_ISREG(x.st.st_mode)) {
+    fail(r.flag, " '", r.path, "' is ", kind_of(x.st.st_mode),
          ", not a regular file: fp8moe writes only regular files and never replaces anything else, even with "
          "--force; choose a file path",
-         S_ISDIR(st.st_mode) ? cat(" such as '", (fs::path(r.path) / "result.h5").string(), "'") : std::string());
-  } else if (exists && !r.force && !r.resume) {
+         S_ISDIR(x.st.st_mode) ? cat(" such as '", (fs::path(r.path) / "result.h5").string(), "'") : std::string());
+  } else if (!r.force && !r.resume) {
     fail("'", r.path, "' exists: ", r.exists_fix);
   }
-  if (exists) {
-    for (const std::string& in : r.inputs) {
-      struct stat i {};
-      if (::stat(in.c_str(), &i) == 0 && i.st_dev == st.st_dev && i.st_ino == st.st_ino) {
-        fail(r.flag, " '", r.path, "' is the input file '", in, "' itself: write the result to another path");
-      }
+  for (const std::string& in : r.inputs) {
+    struct stat i {};
+    if (::stat(in.c_str(), &i) == 0 && i.st_dev == x.st.st_dev && i.st_ino == x.st.st_ino) {
+      fail(r.flag, " '", r.path, "' is the input file '", in, "' itself: write the result to another path");
     }
   }
+  return x;
+}
+
+// The directory the file goes in: it exists (or is made, with make_parent) and is a directory.
+void check_parent(const std::string& target, const OutputRequest& r) {
   fs::path parent = fs::path(target).parent_path();
   if (parent.empty()) parent = ".";
   struct stat d {};
@@ -146,6 +153,16 @@ OutputFile::OutputFile(const OutputRequest& r) {
     fail("'", parent.string(), "' (the directory of ", r.flag, " '", r.path, "') is ", kind_of(d.st_mode),
          ": choose another path");
   }
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const OutputRequest& r) {
+  if (r.path.empty()) fail(r.flag, " is empty: give a file path");
+  const Existing x = check_existing(r);
+  const std::string& target = x.target;
+  const bool exists = x.exists;
+  check_parent(target, r);
   path_ = target;
   tmp_ = r.resume ? std::string() : target + ".tmp";  // resumed in place: no temporary file
   lock_ = target + ".lock";

@@ -221,8 +221,7 @@ void SweepWriter::moved_to(const std::string& path) {
 void SweepWriter::reserve(std::int64_t bytes, const std::string& what) {
   const std::int64_t target = file_size(disk_) + bytes;
   if (const int e = try_reserve_space(disk_, target)) {
-    std::set<std::int64_t> ids;
-    for (const CaseRow& r : rows_) ids.insert(r.case_id);
+    const std::set<std::int64_t>& ids = case_ids_;
     fail_io("cannot write ", what, " to '", file_.file(), "': ", errno_message(e), " (reserving ", (bytes + 1023) / 1024,
             " KiB); the file keeps its ", ids.size(), " committed case(s): free space, then fp8moe sweep --resume ",
             file_.file());
@@ -267,6 +266,7 @@ SweepWriter SweepWriter::resume(const std::string& path) {
       check(H5Dset_extent(ds.get(), &keep), "cannot drop the cut-off case's rows", path, "H5Dset_extent");
     }
     w.rows_ = read_rows(ds.get(), static_cast<hsize_t>(committed), path);
+    for (const CaseRow& r : w.rows_) w.case_ids_.insert(r.case_id);
   }
   w.committed_ = committed;
   std::set<std::string> done;
@@ -320,11 +320,10 @@ void SweepWriter::commit(const std::vector<CaseRow>& rows) {
           "cannot write the cases table", path, "H5Dwrite");
     committed_ = static_cast<std::int64_t>(total);
     rows_.insert(rows_.end(), rows.begin(), rows.end());
+    for (const CaseRow& r : rows) case_ids_.insert(r.case_id);
   }
-  std::set<std::int64_t> ids;
-  for (const CaseRow& r : rows_) ids.insert(r.case_id);
   file_.set_attr("rows_committed", committed_);
-  file_.set_attr("cases_done", static_cast<std::int64_t>(ids.size()));
+  file_.set_attr("cases_done", static_cast<std::int64_t>(case_ids_.size()));
   file_.flush();
   dirty_ = false;
 }

@@ -15,6 +15,7 @@
 // abandons the file without another byte written. Either way IoError names the file and the cause.
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,7 @@ class SweepWriter {
   h5::File file_;
   std::string disk_;          // the file's current path, for reservations
   std::vector<CaseRow> rows_;
+  std::set<std::int64_t> case_ids_;  // of rows_: cases_done without a pass over every row per commit
   std::int64_t committed_ = 0;
   std::int64_t row_bytes_ = 0;  // one packed row of the file's table
   bool dirty_ = false;          // written since the last successful flush

@@ -37,7 +37,7 @@ std::vector<std::string> split_list(const std::string& v, bool tuple) {
 
 }  // namespace
 
-std::string Value::where() const { return cat(file, ":", line); }
+std::string Value::where() const { return line > 0 ? cat(file, ":", line) : file; }
 
 const Entry* Section::find(const std::string& key) const {
   for (const Entry& e : entries) {
@@ -46,19 +46,29 @@ const Entry* Section::find(const std::string& key) const {
   return nullptr;
 }
 
+std::string Section::where() const { return line > 0 ? cat(file, ":", line) : file; }
+
+const Entry* Section::find(Key key) const { return find(std::string(key_name(key))); }
+
+const KeySyntax* find_key(std::string_view name) {
+  for (const KeySyntax& k : kKeys) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
 const std::vector<std::string>& scenario_keys() {
-  static const std::vector<std::string> keys{
-      "description", "level",  "mesh",     "plan",       "placements",  "lhs",          "rhs",
-      "pass",        "mode",   "backend",  "experts",    "tokens",      "n",            "k",
-      "dim",         "hidden", "routing",  "offs",       "empty_experts", "dist",       "seed",
-      "format",      "block",  "pow2_scales", "pad",     "fsdp_gather", "reduce_dtype", "reduce_order",
-      "fp8_dispatch", "lr"};
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> v;
+    for (const KeySyntax& k : kKeys) v.emplace_back(k.name);
+    return v;
+  }();
   return keys;
 }
 
 bool is_tuple_key(const std::string& key) {
-  return key == "mesh" || key == "offs" || key == "empty_experts" || key == "lhs" || key == "rhs" ||
-         key == "description";
+  const KeySyntax* k = find_key(key);
+  return k && k->split == Split::tuple;
 }
 
 int edit_distance(const std::string& a, const std::string& b) {
@@ -172,9 +182,9 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
       target = &f.scenarios.back();
     }
     for (const auto& [key, v] : is.items) {
-      const auto& keys = scenario_keys();
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        const std::string near = nearest(key, keys);
+      const KeySyntax* syn = find_key(key);
+      if (!syn) {
+        const std::string near = nearest(key, scenario_keys());
         fail(v.where(), ": unknown key '", clip(key), "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
              "; scenarios/README.md lists every key");
       }
@@ -186,8 +196,8 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
         target->entries.push_back(Entry{key, {}});
         entry = &target->entries.back();
       }
-      const std::vector<std::string> items = key == "description" ? std::vector<std::string>{v.text}
-                                                                   : split_list(v.text, is_tuple_key(key));
+      const std::vector<std::string> items = syn->split == Split::text ? std::vector<std::string>{v.text}
+                                                                        : split_list(v.text, syn->split == Split::tuple);
       for (const std::string& item : items) {
         if (item.empty()) fail(v.where(), ": key '", key, "' has an empty list entry in '", clip(v.text), "'");
         entry->values.push_back(Value{item, v.file, v.line});
@@ -197,6 +207,27 @@ ScenarioFile parse_scenario_text(const std::string& text, const std::string& pat
   if (f.scenarios.empty()) {
     fail(path.substr(path.find_last_of('/') + 1), ": no [scenario.NAME] section: a scenario file holds at least one scenario");
   }
+  return f;
+}
+
+ScenarioFile scenario_from_flags(const std::string& command, const std::vector<FlagValue>& values) {
+  ScenarioFile f;
+  f.path = command;
+  f.defaults.name = "defaults";
+  const std::string name = command.substr(command.find_last_of(' ') + 1);
+  Section sec{name, command, 0, {}};
+  for (const FlagValue& fv : values) {
+    const KeySyntax& syn = syntax(fv.key);
+    Entry e{std::string(syn.name), {}};
+    const std::vector<std::string> items =
+        syn.split == Split::text ? std::vector<std::string>{fv.text} : split_list(fv.text, syn.split == Split::tuple);
+    for (const std::string& item : items) {
+      if (item.empty()) fail(fv.flag, " '", clip(fv.text), "': an empty list entry");
+      e.values.push_back(Value{item, fv.flag, 0});
+    }
+    sec.entries.push_back(std::move(e));
+  }
+  f.scenarios.push_back(std::move(sec));
   return f;
 }
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "scenarios/keys.hpp"
+
 namespace fp8moe::scenarios {
 
 // The largest scenario text the parser reads (a file, or a sweep file's stored text): a scenario
@@ -24,9 +26,9 @@ inline constexpr std::int64_t kMaxScenarioBytes = std::int64_t{16} << 20;
 // One value of a key, where it came from.
 struct Value {
   std::string text;
-  std::string file;
-  int line = 0;
-  std::string where() const;  // "ci.ini:12"
+  std::string file;  // or a command-line flag ("--experts") for a scenario built from flags
+  int line = 0;      // 0: not from a file (where() is then `file` alone)
+  std::string where() const;  // "ci.ini:12", "--experts"
 };
 
 struct Entry {
@@ -40,6 +42,8 @@ struct Section {
   int line = 0;      // the header's line
   std::vector<Entry> entries;
   const Entry* find(const std::string& key) const;
+  const Entry* find(Key key) const;
+  std::string where() const;  // "ci.ini:12", or the command a scenario from flags came from
 };
 
 struct ScenarioFile {
@@ -49,9 +53,9 @@ struct ScenarioFile {
   Section defaults;   // [defaults]: keys every scenario of the file inherits unless it sets them
 };
 
-// Every key a scenario may set, in the canonical order the axes expand in (outermost first).
+// Every key a scenario may set (scenarios/keys.hpp), in the order the axes expand in (outermost
+// first), and whether a key's single values contain commas (listed by repetition or ';' only).
 const std::vector<std::string>& scenario_keys();
-// Keys whose single values contain commas: listed by repetition or ';' only.
 bool is_tuple_key(const std::string& key);
 
 // INI text as sections of raw `key = value` items, in file order, with their lines. `#` starts a
@@ -73,6 +77,16 @@ std::vector<std::string> split_values(const std::string& raw, bool tuple);
 // section, an unknown key (with the nearest valid key), a key with no value.
 ScenarioFile parse_scenario_text(const std::string& text, const std::string& path);
 ScenarioFile read_scenario_file(const std::string& path);  // Error when unreadable
+
+// A one-section scenario from command-line values (`fp8moe run`): each value split as the key's
+// registry row says and kept with its flag, so that the expansion checks flags as it checks a
+// file and its messages name the flag ("--experts 0: must be >= 1"). `command`: "fp8moe run".
+struct FlagValue {
+  Key key;
+  std::string flag;  // "--experts"
+  std::string text;  // the raw value
+};
+ScenarioFile scenario_from_flags(const std::string& command, const std::vector<FlagValue>& values);
 
 // The built-in default scenario (scenarios/default.ini compiled in) and the CI gates.
 const char* embedded_default_scenario();

@@ -50,7 +50,7 @@ std::int64_t wrong_in_slice(const TensorD& y, const Quantized& Aq, const Quantiz
                             const GemmOptions& opt) {
   const std::int64_t K = Aq.codes.dim(1), N = Wq.codes.dim(1), nb = Aq.scales.dim(1);
   const BlockOperand L{Aq.codes.ptr(), K, 1, Aq.scales.ptr(), nb, 1, 1, rows};
-  const BlockOperand R{Wq.codes.ptr(), K, 1, Wq.scales.ptr(), Wq.scales.dim(2), 1, Wq.block_rows, N};
+  const BlockOperand R{Wq.codes.ptr(), K, 1, Wq.scales.ptr(), Wq.scales.dim(2), 1, Wq.layout.block_rows, N};
   std::vector<double> ref(static_cast<std::size_t>(rows * N));
   block_gemm_scalar(L, R, K, ref.data(), N, opt);
   std::int64_t wrong = 0;

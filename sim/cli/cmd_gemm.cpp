@@ -16,6 +16,7 @@
 #include "sim/cli/flags.hpp"
 #include "sim/cli/gemm_io.hpp"
 #include "sim/limits/limits.hpp"
+#include "sim/sweep/expand.hpp"
 
 namespace fp8moe::cli {
 namespace {
@@ -30,21 +31,23 @@ std::string mode_group(const ModeSpec& m) {
 // The --modes list. Before any work: a family named explicitly that these options cannot compute
 // (hopper-tc:cublas outside cuBLASLt's options) is an error; a bare promoted mode keeps the
 // families that can, with a note.
+std::vector<std::string> split_modes(const std::string& list) {
+  std::vector<std::string> v;
+  std::string cur;
+  for (char c : list + ",") {
+    if (c == ',') {
+      if (!cur.empty()) v.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return v;
+}
+
 std::vector<ModeSpec> parse_modes(const std::string& list, const GemmOptions& base) {
   std::vector<ModeSpec> out;
-  for (const std::string& tok : [&] {
-         std::vector<std::string> v;
-         std::string cur;
-         for (char c : list + ",") {
-           if (c == ',') {
-             if (!cur.empty()) v.push_back(cur);
-             cur.clear();
-           } else {
-             cur += c;
-           }
-         }
-         return v;
-       }()) {
+  for (const std::string& tok : split_modes(list)) {
     const std::vector<ModeSpec> specs = parse_mode_spec(tok);
     for (const ModeSpec& m : specs) {
       GemmOptions o = base;
@@ -123,45 +126,93 @@ std::string offs_str(const std::vector<std::int32_t>& offs) {
   return s;
 }
 
-// cmd_gemm in phases: parse the request, lock --save, load or generate the data, check the block
-// rules, run every pass in every mode, save.
+// cmd_gemm in phases: parse the request, lock --save, load the data's shape (--inputs), expand the
+// flags as a one-section scenario (the same keys, defaults, checks and messages as a scenario
+// file), generate the data, run every pass in every mode, save.
 
-// What the flags ask for, parsed and checked before any data exists.
+// What the flags ask for beyond the case: the passes and modes to tabulate, and the I/O.
 struct GemmRequest {
-  GemmOptions base;  // format, block, scales, output dtype (padding once the offsets are known)
+  std::string passes_text = "all";
   std::vector<Pass> passes;
   std::vector<ModeSpec> modes;
-  std::uint64_t seed = 0;
-  Dist dist = Dist::normal;
   bool allow_nonfinite = false;
   bool any_quantized = false;
   bool save = false;  // --save: every mode's outputs are kept
 };
 
+// The flags of the scenario keys gemm takes (run's spelling; --empty is empty_experts).
+struct KeyFlag {
+  const char* name;
+  scenarios::Key key;
+};
+const KeyFlag kGemmKeyFlags[] = {
+    {"experts", scenarios::Key::experts}, {"tokens", scenarios::Key::tokens}, {"n", scenarios::Key::n},
+    {"k", scenarios::Key::k},             {"offs", scenarios::Key::offs},     {"routing", scenarios::Key::routing},
+    {"empty", scenarios::Key::empty_experts}, {"dist", scenarios::Key::dist}, {"seed", scenarios::Key::seed},
+    {"format", scenarios::Key::format},   {"block", scenarios::Key::block},   {"pad", scenarios::Key::pad},
+    {"out-dtype", scenarios::Key::out_dtype},
+};
+
 GemmRequest parse_request(const po::variables_map& vm) {
   GemmRequest q;
-  q.base.quant.format = parse_format(vm["format"].as<std::string>());
-  q.base.quant.block = static_cast<int>(int_flag(vm, "block", 1, kInt32Max));
-  q.base.quant.pow2_scales = vm["pow2-scales"].as<bool>();
-  check_quant_options(q.base.quant);
-  q.base.out = parse_out_dtype(vm["out-dtype"].as<std::string>());
-  if (q.base.out == OutDtype::fp64) fail("--out-dtype fp64 is not a GEMM output dtype: use bf16 or fp32");
-  q.passes = parse_passes(vm["pass"].as<std::string>());
-  q.modes = parse_modes(vm["modes"].as<std::string>(), q.base);
-  q.seed = seed_flag(vm);
-  q.dist = parse_dist(vm["dist"].as<std::string>());
+  q.passes_text = vm["pass"].as<std::string>();
+  q.passes = parse_passes(q.passes_text);
+  // The modes are listed as given; hopper-tc:cublas is checked against the case's options once
+  // the case is expanded (tabulated modes).
   q.allow_nonfinite = vm["allow-nonfinite"].as<bool>();
-  for (const ModeSpec& ms : q.modes) q.any_quantized = q.any_quantized || is_quantized(ms.mode);
   q.save = vm.count("save") > 0;
   return q;
 }
 
+// The case's shape and numerics: the flags (or, with --inputs, the file's shapes and offsets) as
+// a one-section scenario, expanded at op level on one device. Without a shape flag: torchao's
+// padded op-level case (offs 129,384,500), gemm's own default as run's is the tp plan.
+scenarios::Case expand_flags(const po::variables_map& vm, const GemmRequest& q, const GemmData* inputs,
+                             const std::vector<ModeSpec>& modes) {
+  using scenarios::Key;
+  // One device: lhs and rhs = all enumerate the one placement pair a mesh of no dims has.
+  std::vector<scenarios::FlagValue> v{
+      {Key::level, "--level", "op"}, {Key::mesh, "--mesh", "1"}, {Key::pass, "--pass", q.passes_text}};
+  // One mode stands for the list: a quantized one when any is (the block rules and padding apply).
+  std::string mode = "hp64";
+  for (const ModeSpec& m : modes) {
+    if (is_quantized(m.mode)) {
+      mode = m.label();
+      break;
+    }
+  }
+  v.push_back({Key::mode, "--modes", mode});
+  for (const KeyFlag& f : kGemmKeyFlags) {
+    if (vm.count(f.name)) v.push_back({f.key, cat("--", f.name), vm[f.name].as<std::string>()});
+  }
+  if (vm["pow2-scales"].as<bool>()) v.push_back({Key::pow2_scales, "--pow2-scales", "true"});
+  if (inputs) {  // the shapes and offsets of the user's tensors
+    v.push_back({Key::offs, "--inputs", offs_str(inputs->offs)});
+    v.push_back({Key::n, "--inputs", std::to_string(inputs->W.dim(1))});
+    v.push_back({Key::k, "--inputs", std::to_string(inputs->A.dim(1))});
+  } else if (!vm.count("experts") && !vm.count("tokens") && !vm.count("offs") && !vm.count("routing") &&
+             !vm.count("empty")) {
+    v.push_back({Key::offs, "--offs", "129,384,500"});  // torchao's padded op-level case
+  }
+  const scenarios::Expansion ex = scenarios::expand({scenarios::scenario_from_flags("fp8moe gemm", v)});
+  if (ex.cases.empty()) fail("the flags give no case to run");
+  scenarios::Case c = ex.cases.front();
+  for (const scenarios::Case& x : ex.cases) {
+    if (x.seed != c.seed || x.offs != c.offs) {
+      fail("fp8moe gemm runs one data set but these flags give several (a seed range or a list of shapes): give one value "
+           "per flag, or use fp8moe sweep");
+    }
+  }
+  return c;
+}
+
 // The memory estimate, before any tensor is generated or run (issue 16 defect 4).
-void check_memory(const GemmRequest& q, std::int64_t E, std::int64_t M, std::int64_t N, std::int64_t K) {
+void check_memory(const GemmRequest& q, const scenarios::Case& c) {
+  const std::int64_t E = c.experts, M = c.tokens, N = c.n, K = c.k;
   const std::int64_t kept = q.save ? static_cast<std::int64_t>(q.modes.size() * q.passes.size()) : 0;
   std::int64_t need = 0;
   try {
-    need = sim::gemm_memory_estimate(E, M, N, K, q.base.quant.block, kept);
+    need = sim::gemm_memory_estimate(E, M, N, K, c.gemm.quant.block, kept);
   } catch (const Error& e) {
     fail("E=", E, " M=", M, " N=", N, " K=", K, ": ", e.what(), ": use smaller --tokens, --n, --k or --experts");
   }
@@ -182,110 +233,32 @@ void lock_save(const po::variables_map& vm, std::optional<results::OutputFile>& 
   }
 }
 
-// --inputs: the user's tensors (grad_out generated when absent), each checked for NaN/Inf.
+// --inputs: the user's tensors, each checked for NaN/Inf (grad_out is generated once the case
+// gives the seed and distribution).
 GemmData load_inputs(const po::variables_map& vm, const GemmRequest& q, std::string& source) {
   for (const char* k : {"experts", "tokens", "offs", "routing", "empty"}) {
     if (vm.count(k)) fail("--", k, " cannot be combined with --inputs: the shapes and offsets come from the file");
   }
   GemmData d = load_gemm_inputs(vm["inputs"].as<std::string>());
   source = vm["inputs"].as<std::string>();
-  if (d.grad_out.rank() == 0) {
-    d.grad_out = generate({d.A.dim(0), d.W.dim(1)}, q.dist, q.seed, kTensorGradOut);
-    source += " (grad_out generated)";
-  }
   require_finite(d.A, "A", q.allow_nonfinite);
   require_finite(d.W, "W", q.allow_nonfinite);
-  require_finite(d.grad_out, "grad_out", q.allow_nonfinite);
+  if (d.grad_out.rank() != 0) require_finite(d.grad_out, "grad_out", q.allow_nonfinite);
   return d;
 }
 
-// --routing (or an explicit shape): offsets routed over E experts, the size checked first.
-std::vector<std::int32_t> routed_offsets(const po::variables_map& vm, const GemmRequest& q, int E, std::int64_t M) {
-  Routing r = parse_routing(vm.count("routing") ? vm["routing"].as<std::string>() : "uniform");
-  if (vm.count("empty")) {
-    for (std::int32_t e : parse_int_list(vm["empty"].as<std::string>(), "--empty")) r.empty_experts.push_back(e);
+// Generated data (or the missing grad_out of --inputs) from the case's distribution and seed.
+void generate_inputs(const scenarios::Case& c, GemmData& d, std::string& source) {
+  const std::int64_t M = c.tokens, N = c.n, K = c.k;
+  if (d.A.rank() == 0) {
+    d.offs = c.offs;
+    d.A = generate({M, K}, c.dist, c.seed, kTensorA);
+    d.W = generate({c.experts, N, K}, c.dist, c.seed, kTensorW);
+    source = fmt::format("generated, dist {}, seed {}", dist_name(c.dist), c.seed);
   }
-  if (M < 0) fail("--tokens must be >= 0, got ", M);
-  const std::int64_t N = vm["n"].as<std::int64_t>(), K = vm["k"].as<std::int64_t>();
-  if (N <= 0 || K <= 0) fail("--n and --k must be positive, got N = ", N, ", K = ", K);
-  // Before the routing, which loops over every token: offsets are int32, and the case must fit.
-  try {
-    sim::check_token_offsets(M, E, q.base.quant.block, q.any_quantized);
-  } catch (const Error& e) {
-    std::string est;
-    try {
-      est = cat(" (the case would need about ", format_bytes(sim::gemm_memory_estimate(E, M, N, K, q.base.quant.block, 0)), ")");
-    } catch (const Error&) {
-    }
-    fail(e.what(), est, ": use fewer --tokens or --experts");
-  }
-  check_memory(q, E, M, N, K);
-  return make_offsets(M, E, r, q.seed);
-}
-
-// The offsets of generated data: --offs, routed, or torchao's padded op-level case; E and M follow
-// them.
-std::vector<std::int32_t> choose_offsets(const po::variables_map& vm, const GemmRequest& q, int& E, std::int64_t& M) {
-  if (vm.count("offs") && (vm.count("routing") || vm.count("empty"))) {
-    fail("give either --offs or --routing (with --empty), not both");
-  }
-  const bool explicit_shape = vm.count("experts") || vm.count("tokens");
-  M = vm.count("tokens") ? vm["tokens"].as<std::int64_t>() : 500;
-  E = vm.count("experts") ? static_cast<int>(int_flag(vm, "experts", 1, sim::kMaxExperts)) : 3;
-  if (vm.count("offs")) {
-    std::vector<std::int32_t> offs = parse_int_list(vm["offs"].as<std::string>(), "--offs");
-    check_offsets(offs, offs.back());
-    if (vm.count("experts") && static_cast<int>(offs.size()) != E) {
-      fail("--offs has ", offs.size(), " entries but --experts is ", E, ": give one cumulative offset per expert");
-    }
-    if (vm.count("tokens") && offs.back() != M) fail("the last of --offs is ", offs.back(), " but --tokens is ", M);
-    E = static_cast<int>(offs.size());
-    M = offs.back();
-    return offs;
-  }
-  if (vm.count("routing") || explicit_shape) return routed_offsets(vm, q, E, M);
-  return {129, 384, 500};  // torchao's padded op-level case
-}
-
-// Generated data: the offsets, then A, W and grad_out from the distribution and seed.
-GemmData generate_inputs(const po::variables_map& vm, const GemmRequest& q, std::string& source) {
-  GemmData d;
-  int E = 0;
-  std::int64_t M = 0;
-  d.offs = choose_offsets(vm, q, E, M);
-  if (M < 0) fail("--tokens must be >= 0, got ", M);
-  if (E < 1) fail("--experts must be >= 1, got ", E);
-  const std::int64_t N = vm["n"].as<std::int64_t>(), K = vm["k"].as<std::int64_t>();
-  if (N <= 0 || K <= 0) fail("--n and --k must be positive, got N = ", N, ", K = ", K);
-  check_memory(q, E, M, N, K);
-  d.A = generate({M, K}, q.dist, q.seed, kTensorA);
-  d.W = generate({E, N, K}, q.dist, q.seed, kTensorW);
-  d.grad_out = generate({M, N}, q.dist, q.seed, kTensorGradOut);
-  source = fmt::format("generated, dist {}, seed {}", dist_name(q.dist), q.seed);
-  return d;
-}
-
-// Block rules, checked before anything is printed so a bad case fails as one line.
-void check_block_rules(const GemmRequest& q, const GemmOptions& base, const GemmData& d, std::int64_t N, std::int64_t K) {
-  if (!q.any_quantized) return;
-  const int B = base.quant.block;
-  if (K % B != 0) {
-    fail("K = ", K, " is not a multiple of the quantization block ", B,
-         ": weights are quantized in ", B, "x", B, " tiles and activations in 1x", B, " along K; use a K that is a multiple of ", B);
-  }
-  if (N % B != 0) {
-    fail("N = ", N, " is not a multiple of the quantization block ", B,
-         ": weights are quantized in ", B, "x", B, " tiles; use an N that is a multiple of ", B);
-  }
-  const bool wgrad = std::find(q.passes.begin(), q.passes.end(), Pass::wgrad) != q.passes.end();
-  if (wgrad && !base.pad) {
-    const auto sizes = group_sizes(d.offs);
-    for (std::size_t e = 0; e < sizes.size(); ++e) {
-      if (sizes[e] % B != 0) {
-        fail("expert ", e, " has ", sizes[e], " tokens, not a multiple of the quantization block ", B,
-             " (wgrad quantizes 128-token blocks per expert): turn token-group padding on (--pad on or auto)");
-      }
-    }
+  if (d.grad_out.rank() == 0) {
+    d.grad_out = generate({M, N}, c.dist, c.seed, kTensorGradOut);
+    if (source.find("generated") == std::string::npos) source += " (grad_out generated)";
   }
 }
 
@@ -357,23 +330,22 @@ int cmd_gemm(const Args& args) {
   po::options_description desc("fp8moe gemm options");
   desc.add_options()("help,h", "show this help")
       ("pass", po::value<std::string>()->default_value("all"), "fwd, dgrad, wgrad, a comma list, or all")
-      ("experts,E", po::value<std::int64_t>(), "number of experts E (default 3)")
-      ("tokens,M", po::value<std::int64_t>(), "number of routed tokens M (default 500)")
-      ("n,N", po::value<std::int64_t>()->default_value(256), "output features N of the expert weight (E,N,K)")
-      ("k,K", po::value<std::int64_t>()->default_value(256), "input features K")
-      ("offs", po::value<std::string>(), "explicit cumulative token offsets, e.g. 129,384,500 (default when no routing is given)")
-      ("routing", po::value<std::string>(), "uniform, balanced or zipf:S (instead of --offs)")
+      ("experts,E", po::value<std::string>(), "number of experts E (default 2 with --tokens or --routing)")
+      ("tokens,M", po::value<std::string>(), "number of routed tokens M (default 256 with --experts or --routing)")
+      ("n,N", po::value<std::string>(), "output features N of the expert weight (E,N,K) (default 256)")
+      ("k,K", po::value<std::string>(), "input features K (default 256)")
+      ("offs", po::value<std::string>(), "explicit cumulative token offsets (default when no shape flag is given: 129,384,500, torchao's padded case)")
+      ("routing", po::value<std::string>(), "balanced, uniform or zipf:S (instead of --offs; default balanced)")
       ("empty", po::value<std::string>(), "comma list of experts that receive no tokens (with --routing)")
-      ("dist", po::value<std::string>()->default_value("normal"), "normal, uniform, student-t or outliers")
-      ("seed", po::value<std::string>()->default_value("0"), "data seed")
+      ("dist", po::value<std::string>(), "normal, uniform, student-t or outliers (default normal)")
+      ("seed", po::value<std::string>(), "data seed (default 0)")
       ("modes", po::value<std::string>()->default_value("hp64,bf16,exact,torchao-emulated,promote-fp32,hopper-tc"),
        "comma list: hp64, bf16, exact, torchao-emulated, promote-fp32[:deepgemm|:cublas], hopper-tc[:deepgemm|:cublas]")
-      ("format", po::value<std::string>()->default_value("e4m3"), "FP8 format: e4m3 or e5m2")
-      ("block", po::value<std::int64_t>()->default_value(128), "quantization block: 64, 128 or 256")
+      ("format", po::value<std::string>(), "FP8 format: e4m3 or e5m2 (default e4m3)")
+      ("block", po::value<std::string>(), "quantization block: 64, 128 or 256 (default 128)")
       ("pow2-scales", po::bool_switch(), "round scale multipliers down to powers of two")
-      ("pad", po::value<std::string>()->default_value("auto"),
-       "token-group padding: on, off, or auto (on when a group is not a multiple of the block)")
-      ("out-dtype", po::value<std::string>()->default_value("bf16"), "output dtype of the passes: bf16 or fp32")
+      ("pad", po::value<std::string>(), "token-group padding: on, off, or auto (default: on when a group is not a multiple of the block)")
+      ("out-dtype", po::value<std::string>(), "output dtype of the passes: bf16 or fp32 (default bf16)")
       ("inputs", po::value<std::string>(), "run on your tensors: FILE.h5[:GROUP] with A, W, offs (grad_out optional)")
       ("save", po::value<std::string>(), "write inputs, offsets and every mode's outputs to FILE.h5")
       ("force", po::bool_switch(), "overwrite an existing --save file (never the --inputs file)")
@@ -383,17 +355,25 @@ int cmd_gemm(const Args& args) {
   if (!parse(args, desc, vm, "usage: fp8moe gemm [--pass P] [--experts E --tokens M --n N --k K] [--offs ...|--routing ...] [--modes ...] [--save F.h5] [--inputs F.h5[:G]]")) return 0;
   set_threads(vm["threads"].as<int>());
 
-  const GemmRequest q = parse_request(vm);
+  GemmRequest q = parse_request(vm);
   std::optional<results::OutputFile> save;
   lock_save(vm, save);
   std::string source;
-  const GemmData d = vm.count("inputs") ? load_inputs(vm, q, source) : generate_inputs(vm, q, source);
-  const std::int64_t M = d.A.dim(0), K = d.A.dim(1), N = d.W.dim(1), E = d.W.dim(0);
-  check_offsets(d.offs, M);
-  GemmOptions base = q.base;
-  base.pad = resolve_padding(vm["pad"].as<std::string>(), d.offs, base.quant.block);
-  if (vm.count("inputs")) check_memory(q, E, M, N, K);
-  check_block_rules(q, base, d, N, K);
+  GemmData d;
+  if (vm.count("inputs")) d = load_inputs(vm, q, source);
+  // Modes first as listed (an unknown mode is named before anything else), then checked against
+  // the case's options.
+  std::vector<ModeSpec> listed;
+  for (const std::string& m : split_modes(vm["modes"].as<std::string>())) {
+    for (const ModeSpec& spec : parse_mode_spec(m)) listed.push_back(spec);
+  }
+  const scenarios::Case c = expand_flags(vm, q, vm.count("inputs") ? &d : nullptr, listed);
+  GemmOptions base = c.gemm;
+  q.modes = parse_modes(vm["modes"].as<std::string>(), base);
+  for (const ModeSpec& ms : q.modes) q.any_quantized = q.any_quantized || is_quantized(ms.mode);
+  check_memory(q, c);
+  generate_inputs(c, d, source);
+  require_finite(d.grad_out, "grad_out", q.allow_nonfinite);
 
   print_header(base, d, source);
   std::vector<ModeOutputs> saved;

@@ -49,8 +49,9 @@ Quantized run_recipe(const std::string& recipe, const TensorF& x, const QuantOpt
     flat.shape = {x.dim(0) * x.dim(1), x.dim(2)};
     flat.data = x.data;
     Quantized q = quantize_act_lhs(flat, opt);
-    q.codes.shape = x.shape;
-    q.scales.shape = {x.dim(0), x.dim(1), q.scales.dim(1)};
+    q.layout = QuantLayout{true, x.dim(0), x.dim(1), x.dim(2), 1, opt.block};
+    q.codes.shape = q.layout.code_shape();
+    q.scales.shape = q.layout.scale_shape();
     return q;
   }
   if (recipe == "128x1") {

@@ -137,6 +137,82 @@ int cmd_report(const Args& args) {
   return 0;
 }
 
+namespace {
+
+// cmd_compare in phases: match B's rows to A's, judge each pair, print, then --identical.
+
+// One matched pair's verdict.
+struct PairVerdict {
+  double delta = 0;      // B - A in dB (0 when both are infinite)
+  bool bit_a = false, bit_b = false;  // bitwise the single device
+  bool identical = false;             // every metric the same
+  std::string verdict;                // same, changed, better, REGRESSION
+};
+
+PairVerdict judge(const CaseRow& ra, const CaseRow& rb, double thr) {
+  PairVerdict v;
+  v.bit_a = std::isinf(ra.sqnr_vs_single_db) && ra.sqnr_vs_single_db > 0;
+  v.bit_b = std::isinf(rb.sqnr_vs_single_db) && rb.sqnr_vs_single_db > 0;
+  v.delta = (std::isinf(ra.sqnr_db) && std::isinf(rb.sqnr_db)) ? 0.0 : rb.sqnr_db - ra.sqnr_db;
+  // Every metric the same (NaN equal to NaN: an error row that errs alike is unchanged).
+  auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  v.identical = same(ra.sqnr_db, rb.sqnr_db) && same(ra.sqnr_vs_single_db, rb.sqnr_vs_single_db) &&
+                same(ra.bitwise_equal_frac, rb.bitwise_equal_frac) && same(ra.rel_err, rb.rel_err) &&
+                same(ra.max_abs_err, rb.max_abs_err) && same(ra.max_ulp, rb.max_ulp) && ra.status == rb.status &&
+                ra.comm_bytes == rb.comm_bytes;
+  if (!(v.delta >= -thr) || (v.bit_a && !v.bit_b)) {
+    v.verdict = "REGRESSION";
+  } else if (v.delta > thr) {
+    v.verdict = "better";
+  } else {
+    v.verdict = v.identical ? "same" : "changed";
+  }
+  return v;
+}
+
+struct Comparison {
+  std::vector<std::vector<std::string>> cells{{"case", "scenario", "mesh", "plan", "pass", "tensor", "mode", "sqnr_A",
+                                               "sqnr_B", "delta_dB", "single_A", "single_B", "bitwise", "verdict"}};
+  int matched = 0, only_a = 0, only_b = 0, worse = 0, better = 0, lost = 0, gained = 0, changed = 0;
+};
+
+// B's rows matched to A's by case identity (and backend, when both ran the same backends).
+Comparison compare_runs(const Run& a, const Run& b, double thr, bool all) {
+  std::set<std::string> backends_a, backends_b;
+  for (const CaseRow& r : a.rows) backends_a.insert(r.backend);
+  for (const CaseRow& r : b.rows) backends_b.insert(r.backend);
+  const bool by_backend = backends_a == backends_b;
+  std::map<std::string, const CaseRow*> in_b;
+  for (const CaseRow& r : b.rows) in_b[sim::row_identity(r, by_backend)] = &r;
+  Comparison c;
+  std::set<std::string> seen;
+  for (const CaseRow& ra : a.rows) {
+    const auto it = in_b.find(sim::row_identity(ra, by_backend));
+    if (it == in_b.end()) {
+      ++c.only_a;
+      continue;
+    }
+    seen.insert(it->first);
+    const CaseRow& rb = *it->second;
+    ++c.matched;
+    const PairVerdict v = judge(ra, rb, thr);
+    c.lost += v.bit_a && !v.bit_b;
+    c.gained += !v.bit_a && v.bit_b;
+    c.changed += !v.identical;
+    c.worse += v.verdict == "REGRESSION";
+    c.better += v.verdict == "better";
+    if (!all && v.verdict == "same") continue;
+    const std::string bitwise = v.bit_a == v.bit_b ? (v.bit_a ? "kept" : "-") : (v.bit_a ? "LOST" : "gained");
+    c.cells.push_back({std::to_string(ra.case_id), ra.scenario, ra.mesh, ra.level == "op" ? ra.placements : ra.plan,
+                       ra.pass, ra.tensor, ra.mode, format_db(ra.sqnr_db), format_db(rb.sqnr_db), format_db(v.delta),
+                       format_db(ra.sqnr_vs_single_db), format_db(rb.sqnr_vs_single_db), bitwise, v.verdict});
+  }
+  c.only_b = static_cast<int>(b.rows.size()) - static_cast<int>(seen.size());
+  return c;
+}
+
+}  // namespace
+
 int cmd_compare(const Args& args) {
   po::options_description desc("fp8moe compare options");
   desc.add_options()("help,h", "show this help")
@@ -159,74 +235,23 @@ int cmd_compare(const Args& args) {
   // NaN compares false with every drop, a negative threshold counts identical rows as regressions.
   if (!std::isfinite(thr) || thr < 0) fail("--threshold ", thr, ": give a finite number of dB >= 0, e.g. --threshold 0.5");
   const Run a = load(files[0]), b = load(files[1]);
-  // Two runs on different backends (e.g. the CPU reference and cuda-simt) compare case by case.
-  std::set<std::string> backends_a, backends_b;
-  for (const CaseRow& r : a.rows) backends_a.insert(r.backend);
-  for (const CaseRow& r : b.rows) backends_b.insert(r.backend);
-  const bool by_backend = backends_a == backends_b;
-  std::map<std::string, const CaseRow*> in_b;
-  for (const CaseRow& r : b.rows) in_b[sim::row_identity(r, by_backend)] = &r;
-  std::vector<std::vector<std::string>> cells{{"case", "scenario", "mesh", "plan", "pass", "tensor", "mode", "sqnr_A",
-                                               "sqnr_B", "delta_dB", "single_A", "single_B", "bitwise", "verdict"}};
-  int matched = 0, only_a = 0, worse = 0, better = 0, lost = 0, gained = 0, changed_bits = 0;
-  std::set<std::string> seen;
-  for (const CaseRow& ra : a.rows) {
-    const auto it = in_b.find(sim::row_identity(ra, by_backend));
-    if (it == in_b.end()) {
-      ++only_a;
-      continue;
-    }
-    seen.insert(it->first);
-    const CaseRow& rb = *it->second;
-    ++matched;
-    const bool bit_a = std::isinf(ra.sqnr_vs_single_db) && ra.sqnr_vs_single_db > 0;
-    const bool bit_b = std::isinf(rb.sqnr_vs_single_db) && rb.sqnr_vs_single_db > 0;
-    const double d = (std::isinf(ra.sqnr_db) && std::isinf(rb.sqnr_db)) ? 0.0 : rb.sqnr_db - ra.sqnr_db;
-    std::string bitwise = bit_a == bit_b ? (bit_a ? "kept" : "-") : (bit_a ? "LOST" : "gained");
-    std::string verdict = "same";
-    if (bit_a && !bit_b) ++lost;
-    if (!bit_a && bit_b) ++gained;
-    // Every metric the same (NaN equal to NaN: an error row that errs alike is unchanged).
-    auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
-    const bool identical = same(ra.sqnr_db, rb.sqnr_db) && same(ra.sqnr_vs_single_db, rb.sqnr_vs_single_db) &&
-                           same(ra.bitwise_equal_frac, rb.bitwise_equal_frac) && same(ra.rel_err, rb.rel_err) &&
-                           same(ra.max_abs_err, rb.max_abs_err) && same(ra.max_ulp, rb.max_ulp) &&
-                           ra.status == rb.status && ra.comm_bytes == rb.comm_bytes;
-    if (!identical) ++changed_bits;
-    if (!(d >= -thr) || (bit_a && !bit_b)) {
-      verdict = "REGRESSION";
-      ++worse;
-    } else if (d > thr) {
-      verdict = "better";
-      ++better;
-    } else if (!identical) {
-      verdict = "changed";
-    }
-    if (!vm["all"].as<bool>() && verdict == "same") continue;
-    cells.push_back({std::to_string(ra.case_id), ra.scenario, ra.mesh, ra.level == "op" ? ra.placements : ra.plan, ra.pass,
-                     ra.tensor, ra.mode, format_db(ra.sqnr_db), format_db(rb.sqnr_db), format_db(d),
-                     format_db(ra.sqnr_vs_single_db), format_db(rb.sqnr_vs_single_db), bitwise, verdict});
-  }
-  const int only_b = static_cast<int>(b.rows.size()) - static_cast<int>(seen.size());
-  if (tf != sim::TableFormat::csv) {
-    fmt::print("# A = {}\n# B = {}\n", describe(a), describe(b));
-  }
-  std::vector<bool> numeric{true, false, false, false, false, false, false, true, true, true, true, true, false, false};
-  if (cells.size() > 1) fmt::print("{}", sim::format_cells(cells, tf, numeric));
+  const Comparison c = compare_runs(a, b, thr, vm["all"].as<bool>());
+  if (tf != sim::TableFormat::csv) fmt::print("# A = {}\n# B = {}\n", describe(a), describe(b));
+  const std::vector<bool> numeric{true, false, false, false, false, false, false, true, true, true, true, true, false, false};
+  if (c.cells.size() > 1) fmt::print("{}", sim::format_cells(c.cells, tf, numeric));
   if (tf != sim::TableFormat::csv) {
     fmt::print("# compare: {} rows matched ({} identical), {} only in A, {} only in B; {} regressions (> {} dB or "
                "bitwise lost), {} better; bitwise lost {}, gained {}\n",
-               matched, matched - changed_bits, only_a, only_b, worse, thr, better, lost, gained);
+               c.matched, c.matched - c.changed, c.only_a, c.only_b, c.worse, thr, c.better, c.lost, c.gained);
   }
-  if (vm["identical"].as<bool>()) {
-    if (changed_bits || only_b || matched == 0) {
-      fmt::print(stderr, "compare --identical: {} of {} matched rows differ, {} rows only in B: not identical\n",
-                 changed_bits, matched, only_b);
-      return 1;
-    }
-    fmt::print("# compare --identical: every row of B ({}) is in A with identical metrics{}\n", matched,
-               only_a ? fmt::format(" ({} rows of A are not in B)", only_a) : std::string());
+  if (!vm["identical"].as<bool>()) return 0;
+  if (c.changed || c.only_b || c.matched == 0) {
+    fmt::print(stderr, "compare --identical: {} of {} matched rows differ, {} rows only in B: not identical\n", c.changed,
+               c.matched, c.only_b);
+    return 1;
   }
+  fmt::print("# compare --identical: every row of B ({}) is in A with identical metrics{}\n", c.matched,
+             c.only_a ? fmt::format(" ({} rows of A are not in B)", c.only_a) : std::string());
   return 0;
 }
 

@@ -29,7 +29,7 @@ void Exec::make_data() {
 
 }  // namespace layer_detail
 
-LayerInputs layer_inputs(const LayerConfig& cfg) {
+LayerInputs layer_inputs(const CaseSpec& cfg) {
   using I64 = std::int64_t;
   const I64 E = cfg.experts, D = cfg.dim, H = cfg.hidden, M = cfg.tokens;
   LayerInputs in;
@@ -117,10 +117,9 @@ void Exec::gather_weights(bool bwd) {
         one.shape[0] = 1;
         one.data.assign(TensorF::count(one.shape), 0.0f);
         Quantized q = be->quantize(rec, one, {}, cfg.gemm.quant);
-        q.codes.shape[0] = 0;
-        q.codes.data.clear();
-        q.scales.shape[0] = 0;
-        q.scales.data.clear();
+        q.layout.batch = 0;
+        q.codes = TensorU8(q.layout.code_shape());
+        q.scales = TensorF(q.layout.scale_shape());
         mine[static_cast<std::size_t>(r)] = std::move(q);
       }
     }
@@ -145,8 +144,9 @@ void Exec::gather_weights(bool bwd) {
         if (!comm.is_local(r)) continue;
         Quantized& q = S(r).*field;
         q = mine[static_cast<std::size_t>(r)];
-        q.codes.shape[0] = E;
-        q.scales.shape[0] = E;
+        q.layout.batch = E;  // the gathered experts: every index below reads through the layout
+        q.codes.shape = q.layout.code_shape();
+        q.scales.shape = q.layout.scale_shape();
         q.codes.data.resize(Tensor<std::uint8_t>::count(q.codes.shape));
         q.scales.data.resize(TensorF::count(q.scales.shape));
       }
@@ -305,7 +305,7 @@ TensorF Exec::assemble_param(const DTensor& like, TensorF RankState::*field) {
 
 }  // namespace layer_detail
 
-LayerRun run_layer_plan(const LayerConfig& cfg, Communicator* comm) {
+LayerRun run_layer_plan(const CaseSpec& cfg, Communicator* comm) {
   using namespace layer_detail;
   Exec ex(cfg, Mesh::parse(cfg.mesh), comm);
   ex.run();

@@ -9,7 +9,7 @@
 
 #include "sim/backend/backend.hpp"
 #include "sim/comm/fake_communicator.hpp"
-#include "sim/mesh/dtensor.hpp"
+#include "sim/dtensor/dtensor.hpp"
 #include "sim/plans/layer_plan.hpp"
 
 namespace fp8moe::sim::layer_detail {
@@ -47,7 +47,7 @@ struct RankState {
 
 // The executor: global data, the parameters at rest, and every local rank's state.
 struct Exec {
-  const LayerConfig& cfg;
+  const CaseSpec& cfg;
   LayerPlan plan;
   std::unique_ptr<Communicator> owned_comm;  // the fake mesh, when no communicator is given
   Communicator& comm;
@@ -61,7 +61,7 @@ struct Exec {
   bool use_q = false;
   std::vector<std::string> notes;
 
-  Exec(const LayerConfig& c, const Mesh& mesh, Communicator* external)
+  Exec(const CaseSpec& c, const Mesh& mesh, Communicator* external)
       : cfg(c),
         plan(make_layer_plan(c.plan, mesh)),
         owned_comm(external ? nullptr : std::make_unique<FakeCommunicator>(mesh)),

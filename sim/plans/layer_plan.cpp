@@ -5,17 +5,9 @@
 
 #include "reference/error.hpp"
 #include "reference/metrics.hpp"
-#include "sim/mesh/dtensor.hpp"
+#include "sim/dtensor/dtensor.hpp"
 
 namespace fp8moe::sim {
-
-const char* gather_dtype_name(GatherDtype g) { return g == GatherDtype::bf16 ? "bf16" : "fp8"; }
-
-GatherDtype parse_gather_dtype(const std::string& s) {
-  if (s == "bf16") return GatherDtype::bf16;
-  if (s == "fp8") return GatherDtype::fp8;
-  fail("unknown fsdp gather dtype '", s, "': use bf16 or fp8");
-}
 
 const std::vector<std::string>& layer_plan_names() {
   static const std::vector<std::string> names{"single", "dp", "fsdp", "tp", "ep", "fsdp+tp", "dp+ep"};
@@ -104,7 +96,7 @@ std::vector<std::string> plans_for_mesh(const Mesh& mesh) {
   return out;
 }
 
-std::vector<bool> describe_layer_numerics(const LayerConfig& cfg, const LayerPlan& plan, const Mesh& mesh,
+std::vector<bool> describe_layer_numerics(const CaseSpec& cfg, const LayerPlan& plan, const Mesh& mesh,
                                           std::span<const std::int32_t> offs, ScenarioReport& rep) {
   using I64 = std::int64_t;
   // Block alignment (quantized modes only: hp64 and bf16 have no blocks).
@@ -176,8 +168,8 @@ std::vector<std::pair<std::string, const TensorF*>> named_outputs(const LayerOut
   return v;
 }
 
-LayerOutputs single_device_layer(const LayerConfig& cfg, Mode mode) {
-  LayerConfig c = cfg;
+LayerOutputs single_device_layer(const CaseSpec& cfg, Mode mode) {
+  CaseSpec c = cfg;
   c.mesh = "1";
   c.plan = "single";
   c.gemm.mode = mode;
@@ -203,7 +195,7 @@ const char* pass_of(const std::string& t) {
 
 }  // namespace
 
-ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep, LayerOutputs* truth_out, LayerOutputs* single_out,
+ScenarioReport run_layer(const CaseSpec& cfg, LayerRun* keep, LayerOutputs* truth_out, LayerOutputs* single_out,
                          Communicator* comm) {
   LayerRun run = run_layer_plan(cfg, comm);
   const LayerOutputs truth = single_device_layer(cfg, Mode::hp64);

@@ -55,32 +55,10 @@
 #include "sim/comm/communicator.hpp"
 #include "sim/mesh/mesh.hpp"
 #include "sim/mesh/placement.hpp"
-#include "sim/runner/report.hpp"
+#include "sim/spec/report.hpp"
+#include "sim/spec/case_spec.hpp"
 
 namespace fp8moe::sim {
-
-enum class GatherDtype : std::uint8_t { bf16, fp8 };
-const char* gather_dtype_name(GatherDtype g);
-GatherDtype parse_gather_dtype(const std::string& s);  // "bf16" | "fp8"
-
-struct LayerConfig {
-  std::string mesh = "1";       // "dp=2,tp=2"
-  std::string plan = "single";  // single, dp, fsdp, tp, ep, fsdp+tp, dp+ep
-  int experts = 2;              // E
-  std::int64_t dim = 256;       // D
-  std::int64_t hidden = 256;    // H
-  std::int64_t tokens = 256;    // M
-  std::vector<std::int32_t> offs;  // (E) cumulative; empty: make_offsets(tokens, experts, routing, seed)
-  Routing routing;
-  Dist dist = Dist::normal;
-  std::uint64_t seed = 0;
-  GemmOptions gemm;             // mode, promotion, quant, pad
-  ReduceOptions reduce;         // every reduction of the plan (y/dx over tp, dW over dp)
-  GatherDtype fsdp_gather = GatherDtype::bf16;
-  bool fp8_dispatch = false;    // EP: send x as 1x128 codes + scales; the receiver dequantizes to bf16
-  float lr = 0;                 // SGD step when > 0
-  std::string backend = "reference";
-};
 
 // How a plan places every tensor. Mesh dims by index into the mesh, -1 when unused.
 struct LayerPlan {
@@ -122,19 +100,19 @@ struct LayerRun {
 // Executes cfg.plan on cfg.mesh (SPMD over comm.local_ranks()) with `comm`, or with a
 // FakeCommunicator holding every rank when none is given. A real communicator's process computes
 // its own ranks and every rank receives the assembled global outputs.
-LayerRun run_layer_plan(const LayerConfig& cfg, Communicator* comm = nullptr);
+LayerRun run_layer_plan(const CaseSpec& cfg, Communicator* comm = nullptr);
 // The same layer on one device in `mode` (everything else from cfg).
-LayerOutputs single_device_layer(const LayerConfig& cfg, Mode mode);
+LayerOutputs single_device_layer(const CaseSpec& cfg, Mode mode);
 // run_layer_plan compared with the single-device hp64 result and the single-device result of
 // cfg.gemm.mode: one TensorReport per output (y, dx, dw1, dw2, dw3, and w*_new when lr > 0).
 // `keep`, when given, receives the plan's run (its outputs) too; `truth` and `single`, when
 // given, the single-device hp64 and same-mode outputs it was compared with.
-ScenarioReport run_layer(const LayerConfig& cfg, LayerRun* keep = nullptr, LayerOutputs* truth = nullptr,
+ScenarioReport run_layer(const CaseSpec& cfg, LayerRun* keep = nullptr, LayerOutputs* truth = nullptr,
                          LayerOutputs* single = nullptr, Communicator* comm = nullptr);
 
 // What the plan changes and why (no execution): fills rep.block_aligned, misaligned, partial_sums
 // and notes; returns the alignment of y, dx, dw1, dw2, dw3. offs: the layer's global offs.
-std::vector<bool> describe_layer_numerics(const LayerConfig& cfg, const LayerPlan& plan, const Mesh& mesh,
+std::vector<bool> describe_layer_numerics(const CaseSpec& cfg, const LayerPlan& plan, const Mesh& mesh,
                                           std::span<const std::int32_t> offs, ScenarioReport& rep);
 
 // The layer's global inputs, as every plan generates them (see the data note at the top).
@@ -143,7 +121,7 @@ struct LayerInputs {
   TensorF x, dy;                   // (M,D)
   TensorF W1, W3, W2;              // (E,H,D), (E,H,D), (E,D,H)
 };
-LayerInputs layer_inputs(const LayerConfig& cfg);
+LayerInputs layer_inputs(const CaseSpec& cfg);
 
 // The named outputs of a LayerOutputs, in report order.
 std::vector<std::pair<std::string, const TensorF*>> named_outputs(const LayerOutputs& o);

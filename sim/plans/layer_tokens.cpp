@@ -238,11 +238,11 @@ void Exec::load_inputs(const TensorF& g, TensorF RankState::*field, bool fp8) {
     } else {
       q[i].codes = TensorU8({0, D});
       q[i].scales = TensorF({0, D / B});
+      q[i].layout = QuantLayout{false, 1, 0, D, 1, static_cast<int>(B)};
     }
     rq[i] = q[i];
     rq[i].recipe = Recipe::act_lhs;
-    rq[i].block_rows = 1;
-    rq[i].block_cols = B;
+    rq[i].layout = QuantLayout{false, 1, static_cast<std::int64_t>(s.comp.size()), D, 1, static_cast<int>(B)};
     rq[i].format = qo.format;
     rq[i].codes = TensorU8({s.comp.size(), D});
     rq[i].scales = TensorF({s.comp.size(), D / B});

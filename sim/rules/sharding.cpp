@@ -220,14 +220,6 @@ std::vector<int> recipe_block_extent(Recipe r, int block) {
   return {};
 }
 
-PassRecipes pass_recipes(Pass p) {
-  switch (p) {
-    case Pass::fwd: return {Recipe::act_lhs, Recipe::weight_fwd};
-    case Pass::dgrad: return {Recipe::act_lhs, Recipe::weight_dgrad};
-    case Pass::wgrad: return {Recipe::kgrouped_lhs, Recipe::kgrouped_rhs};
-  }
-  return {Recipe::act_lhs, Recipe::act_lhs};
-}
 
 QuantizerRule quantizer_rule(Recipe r, const std::vector<std::int64_t>& shape, const Placements& in, const Mesh& mesh,
                              int block) {

@@ -25,9 +25,10 @@
 #include <vector>
 
 #include "reference/gemm.hpp"
-#include "sim/backend/backend.hpp"
-#include "sim/comm/communicator.hpp"
-#include "sim/mesh/dtensor.hpp"
+#include "reference/grouped_plan.hpp"
+#include "reference/quantize.hpp"
+#include "sim/spec/case_spec.hpp"
+#include "sim/dtensor/dtensor.hpp"
 #include "sim/mesh/placement.hpp"
 
 namespace fp8moe::sim {
@@ -35,10 +36,6 @@ namespace fp8moe::sim {
 enum class Strategy : std::uint8_t { out_feature, contraction, wgrad_n, wgrad_k, replicate };
 const char* strategy_name(Strategy s);  // "out-feature", "contraction", "wgrad-n", "wgrad-k", "replicate"
 
-// GEMM sizes of one op: E experts, M tokens, N output features of fwd, K its contracted dim.
-struct OpShape {
-  std::int64_t E = 1, M = 0, N = 0, K = 0;
-};
 std::vector<std::int64_t> lhs_shape(Pass p, const OpShape& s);  // fwd (M,K); dgrad, wgrad (M,N)
 std::vector<std::int64_t> rhs_shape(Pass p, const OpShape& s);  // fwd, dgrad (E,N,K); wgrad (M,K)
 std::vector<std::int64_t> out_shape(Pass p, const OpShape& s);  // fwd (M,N); dgrad (M,K); wgrad (E,N,K)
@@ -91,10 +88,8 @@ std::vector<int> recipe_block_extent(Recipe r, int block);
 QuantizerRule quantizer_rule(Recipe r, const std::vector<std::int64_t>& shape, const Placements& in, const Mesh& mesh,
                              int block);
 
-// The recipes a quantized pass applies to its high-precision operands.
-struct PassRecipes {
-  Recipe lhs, rhs;
-};
-PassRecipes pass_recipes(Pass p);
+// The recipes a quantized pass applies to its operands: fp8moe::pass_recipes (reference/grouped_plan.hpp).
+using fp8moe::pass_recipes;
+using fp8moe::PassRecipes;
 
 }  // namespace fp8moe::sim

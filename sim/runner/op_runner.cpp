@@ -6,7 +6,7 @@
 #include "reference/error.hpp"
 #include "reference/formats.hpp"
 #include "sim/comm/fake_communicator.hpp"
-#include "sim/mesh/dtensor.hpp"
+#include "sim/dtensor/dtensor.hpp"
 
 namespace fp8moe::sim {
 namespace {
@@ -90,63 +90,33 @@ TensorD run_local_pass(Backend& backend, Pass p, const TensorF& lhs, const Tenso
   return resize_dim(o, 1, no);
 }
 
-OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* external) {
-  const Mesh mesh = Mesh::parse(sc.mesh);
-  std::unique_ptr<Communicator> owned;
-  if (!external) owned = std::make_unique<FakeCommunicator>(mesh);
-  Communicator& comm = external ? *external : *owned;
-  check_comm_mesh(comm, mesh);
+namespace {
+
+// run_op in phases: decide, the single-device references, distribute and redistribute the
+// inputs, each rank's local pass, the Partial reductions, the report of the output tensor.
+
+// The inputs moved into the chosen strategy (a redistribution is reported with its plan).
+void redistribute_inputs(const CaseSpec& sc, const ShardingDecision& d, Communicator& comm, DTensor& l, DTensor& r,
+                         ScenarioReport& rep) {
+  if (d.verdict != Verdict::redistribute) return;
   const Pass p = sc.pass;
-  OpRun run;
-  run.decision = decide(p, sc.shape, sc.lhs, sc.rhs, mesh, sc.reduce);
-  const ShardingDecision& d = run.decision;
-  const std::string plan = cat(lhs_name(p), "=", str(sc.lhs), " ", rhs_name(p), "=", str(sc.rhs));
-  if (d.verdict == Verdict::reject) fail("op scenario ", pass_name(p), " ", plan, " on ", mesh.str(), ": ", d.reason);
-  if (static_cast<std::int64_t>(sc.offs.size()) != sc.shape.E) {
-    fail("op scenario: offs has ", sc.offs.size(), " entries but E = ", sc.shape.E);
+  std::string moves;
+  if (!d.lhs_plan.empty()) moves += cat(lhs_name(p), " ", str(sc.lhs), "->", str(d.lhs), " [", str(d.lhs_plan), "]");
+  if (!d.rhs_plan.empty()) {
+    moves += cat(moves.empty() ? "" : ", ", rhs_name(p), " ", str(sc.rhs), "->", str(d.rhs), " [", str(d.rhs_plan), "]");
   }
+  rep.strategy += " after redistributing " + moves;
+  rep.notes.push_back(cat("redistributed because ", d.reason, "; planned ", d.redist_bytes, " bytes per rank"));
+  l = redistribute(l, d.lhs, comm, sc.reduce);
+  r = redistribute(r, d.rhs, comm, sc.reduce);
+}
 
-  // Global inputs, the same numbers any rank would generate for its slice.
-  const OpShape& s = sc.shape;
-  const std::uint32_t lhs_id = p == Pass::fwd ? kTensorA : kTensorGradOut;
-  const std::uint32_t rhs_id = p == Pass::wgrad ? kTensorA : kTensorW;
-  const TensorF lhs = generate(lhs_shape(p, s), sc.dist, sc.seed, lhs_id);
-  const TensorF rhs = generate(rhs_shape(p, s), sc.dist, sc.seed, rhs_id);
-
-  run.single = run_local_pass(backend, p, lhs, rhs, sc.offs, sc.gemm);
-  GemmOptions hp = sc.gemm;
-  hp.mode = Mode::hp64;
-  hp.out = OutDtype::fp64;
-  run.hp64 = run_local_pass(backend, p, lhs, rhs, sc.offs, hp);
-  run.lhs = lhs;
-  run.rhs = rhs;
-
-  ScenarioReport& rep = run.report;
-  rep.level = "op";
-  rep.mesh = mesh.str();
-  rep.plan = plan;
-  rep.mode = mode_label(sc.gemm.mode, sc.gemm.promotion);
-  rep.strategy = strategy_str(d.strategy, mesh);
-  rep.reduce_order = reduce_order_name(sc.reduce.order);
-  rep.reduce_dtype = reduce_dtype_name(sc.reduce.dtype);
-
-  // Distribute, then move the inputs into the chosen strategy.
-  DTensor l = distribute(lhs, sc.lhs, comm), r = distribute(rhs, sc.rhs, comm);
-  comm.reset_stats();
-  if (d.verdict == Verdict::redistribute) {
-    std::string moves;
-    if (!d.lhs_plan.empty()) moves += cat(lhs_name(p), " ", str(sc.lhs), "->", str(d.lhs), " [", str(d.lhs_plan), "]");
-    if (!d.rhs_plan.empty()) {
-      moves += cat(moves.empty() ? "" : ", ", rhs_name(p), " ", str(sc.rhs), "->", str(d.rhs), " [", str(d.rhs_plan), "]");
-    }
-    rep.strategy += " after redistributing " + moves;
-    rep.notes.push_back(cat("redistributed because ", d.reason, "; planned ", d.redist_bytes, " bytes per rank"));
-    l = redistribute(l, d.lhs, comm, sc.reduce);
-    r = redistribute(r, d.rhs, comm, sc.reduce);
-  }
-
-  // Each rank's local pass on its shards, offsets replicated.
-  const std::vector<std::int64_t> oshape = out_shape(p, s);
+// Each local rank's pass on its shards, offsets replicated: the output DTensor (fp32 in transit)
+// and each rank's own result and box in `run`.
+DTensor local_passes(const CaseSpec& sc, Backend& backend, const ShardingDecision& d, const Mesh& mesh,
+                     Communicator& comm, const DTensor& l, const DTensor& r, OpRun& run) {
+  const Pass p = sc.pass;
+  const std::vector<std::int64_t> oshape = out_shape(p, sc.op_shape());
   DTensor o;
   o.shape = oshape;
   o.placements = d.out;
@@ -156,7 +126,7 @@ OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* external) {
   for (int rank : comm.local_ranks()) {
     std::vector<std::string> pad_notes;
     TensorD y = run_local_pass(backend, p, l.at(rank), r.at(rank), sc.offs, sc.gemm, &pad_notes);
-    for (const std::string& n : pad_notes) rep.notes.push_back(cat("rank ", rank, ": ", n));
+    for (const std::string& n : pad_notes) run.report.notes.push_back(cat("rank ", rank, ": ", n));
     const std::vector<Range> box = local_box(oshape, d.out, mesh, rank);
     if (y.shape != box_shape(box)) {
       fail("op runner: rank ", rank, " computed ", shape_str(y.shape), " but its box of ", out_name(p), " ",
@@ -167,56 +137,111 @@ OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* external) {
     run.local_box[static_cast<std::size_t>(rank)] = box;
   }
   if (value_dtype(sc.gemm) == OutDtype::fp64) {
-    rep.notes.push_back("the distributed output carries fp32: the fp64 local results are rounded to fp32 in transit");
+    run.report.notes.push_back("the distributed output carries fp32: the fp64 local results are rounded to fp32 in transit");
   }
+  return o;
+}
 
-  // Partial outputs: each local partial already carries the output dtype (a kernel writes its
-  // result rounded); the reduction sums them per ReduceOptions and the sum is cast back to it.
+// Partial outputs: each local partial already carries the output dtype (a kernel writes its result
+// rounded); the reduction sums them per ReduceOptions and the sum is cast back to it.
+DTensor reduce_partials(const CaseSpec& sc, const ShardingDecision& d, const Mesh& mesh, Communicator& comm, DTensor o,
+                        ScenarioReport& rep) {
+  if (partial_dims(d.out).empty()) return o;
   Placements reduced = d.out;
   for (Placement& x : reduced) {
     if (x.is_partial()) x = Placement::R();
   }
-  if (!partial_dims(d.out).empty()) {
-    for (int md : partial_dims(d.out)) {
-      rep.partial_sums.push_back(cat(out_name(p), " Partial over mesh dim '", mesh.dim(md).name, "' (", mesh.size(md),
-                                     " ranks): each rank's partial rounded to ", out_dtype_name(value_dtype(sc.gemm)),
-                                     " by its local pass, summed in ", reduce_dtype_name(sc.reduce.dtype), ", ",
-                                     reduce_order_name(sc.reduce.order), " order, the sum rounded to ",
-                                     out_dtype_name(value_dtype(sc.gemm))));
-    }
-    o = redistribute(o, reduced, comm, sc.reduce);
-    if (value_dtype(sc.gemm) == OutDtype::bf16) {
-      for (TensorF& t : o.local) {
-        for (float& v : t.data) v = round_bf16(v);
-      }
+  const char* dtype = out_dtype_name(value_dtype(sc.gemm));
+  for (int md : partial_dims(d.out)) {
+    rep.partial_sums.push_back(cat(out_name(sc.pass), " Partial over mesh dim '", mesh.dim(md).name, "' (", mesh.size(md),
+                                   " ranks): each rank's partial rounded to ", dtype, " by its local pass, summed in ",
+                                   reduce_dtype_name(sc.reduce.dtype), ", ", reduce_order_name(sc.reduce.order),
+                                   " order, the sum rounded to ", dtype));
+  }
+  o = redistribute(o, reduced, comm, sc.reduce);
+  if (value_dtype(sc.gemm) == OutDtype::bf16) {
+    for (TensorF& t : o.local) {
+      for (float& v : t.data) v = round_bf16(v);
     }
   }
-  rep.comm_bytes_max_rank = comm.stats().max_bytes();  // the op's own traffic; the gather below is the harness's
-  run.out = to_double(full_tensor(o, comm, sc.reduce));
+  return o;
+}
 
+// The output tensor's metrics, and whether the operands' quantization blocks are the single
+// device's.
+TensorReport output_report(const CaseSpec& sc, const ShardingDecision& d, const Mesh& mesh, const OpRun& run,
+                           ScenarioReport& rep) {
+  const Pass p = sc.pass;
   TensorReport t;
   t.pass = pass_name(p);
   t.tensor = out_name(p);
   t.vs_hp64 = compare(run.hp64.data, run.out.data);
   t.vs_single = compare(run.single.data, run.out.data);
-  if (is_quantized(sc.gemm.mode)) {
-    const PassRecipes rc = pass_recipes(p);
-    const struct {
-      const char* name;
-      Recipe recipe;
-      std::vector<std::int64_t> shape;
-      const Placements& placements;
-    } ops[] = {{lhs_name(p), rc.lhs, lhs_shape(p, s), d.lhs}, {rhs_name(p), rc.rhs, rhs_shape(p, s), d.rhs}};
-    for (const auto& op : ops) {
-      const QuantizerRule q = quantizer_rule(op.recipe, op.shape, op.placements, mesh, sc.gemm.quant.block);
-      if (!q.block_aligned) {
-        t.block_aligned = false;
-        rep.misaligned.push_back(cat(op.name, " ", str(op.placements), " (", recipe_name(op.recipe), "): ", q.misaligned));
-      }
-    }
-  } else {
+  if (!is_quantized(sc.gemm.mode)) {
     rep.notes.push_back(cat("mode ", mode_name(sc.gemm.mode), " quantizes nothing: no blocks to move"));
+    return t;
   }
+  const PassRecipes rc = pass_recipes(p);
+  const struct {
+    const char* name;
+    Recipe recipe;
+    std::vector<std::int64_t> shape;
+    const Placements& placements;
+  } ops[] = {{lhs_name(p), rc.lhs, lhs_shape(p, sc.op_shape()), d.lhs}, {rhs_name(p), rc.rhs, rhs_shape(p, sc.op_shape()), d.rhs}};
+  for (const auto& op : ops) {
+    const QuantizerRule q = quantizer_rule(op.recipe, op.shape, op.placements, mesh, sc.gemm.quant.block);
+    if (!q.block_aligned) {
+      t.block_aligned = false;
+      rep.misaligned.push_back(cat(op.name, " ", str(op.placements), " (", recipe_name(op.recipe), "): ", q.misaligned));
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
+  const Mesh mesh = Mesh::parse(sc.mesh);
+  std::unique_ptr<Communicator> owned;
+  if (!external) owned = std::make_unique<FakeCommunicator>(mesh);
+  Communicator& comm = external ? *external : *owned;
+  check_comm_mesh(comm, mesh);
+  const Pass p = sc.pass;
+  const OpShape s = sc.op_shape();
+  OpRun run;
+  run.decision = decide(p, s, sc.lhs, sc.rhs, mesh, sc.reduce);
+  const ShardingDecision& d = run.decision;
+  const std::string plan = cat(lhs_name(p), "=", str(sc.lhs), " ", rhs_name(p), "=", str(sc.rhs));
+  if (d.verdict == Verdict::reject) fail("op scenario ", pass_name(p), " ", plan, " on ", mesh.str(), ": ", d.reason);
+  if (static_cast<std::int64_t>(sc.offs.size()) != s.E) fail("op scenario: offs has ", sc.offs.size(), " entries but E = ", s.E);
+
+  // Global inputs, the same numbers any rank would generate for its slice, and the single-device
+  // results of the same mode and of hp64.
+  run.lhs = generate(lhs_shape(p, s), sc.dist, sc.seed, p == Pass::fwd ? kTensorA : kTensorGradOut);
+  run.rhs = generate(rhs_shape(p, s), sc.dist, sc.seed, p == Pass::wgrad ? kTensorA : kTensorW);
+  run.single = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, sc.gemm);
+  GemmOptions hp = sc.gemm;
+  hp.mode = Mode::hp64;
+  hp.out = OutDtype::fp64;
+  run.hp64 = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, hp);
+
+  ScenarioReport& rep = run.report;
+  rep.level = "op";
+  rep.mesh = mesh.str();
+  rep.plan = plan;
+  rep.mode = mode_label(sc.gemm.mode, sc.gemm.promotion);
+  rep.strategy = strategy_str(d.strategy, mesh);
+  rep.reduce_order = reduce_order_name(sc.reduce.order);
+  rep.reduce_dtype = reduce_dtype_name(sc.reduce.dtype);
+
+  DTensor l = distribute(run.lhs, sc.lhs, comm), r = distribute(run.rhs, sc.rhs, comm);
+  comm.reset_stats();
+  redistribute_inputs(sc, d, comm, l, r, rep);
+  DTensor o = reduce_partials(sc, d, mesh, comm, local_passes(sc, backend, d, mesh, comm, l, r, run), rep);
+  rep.comm_bytes_max_rank = comm.stats().max_bytes();  // the op's own traffic; the gather below is the harness's
+  run.out = to_double(full_tensor(o, comm, sc.reduce));
+
+  const TensorReport t = output_report(sc, d, mesh, run, rep);
   rep.block_aligned = t.block_aligned;
   rep.tensors.push_back(t);
   return run;

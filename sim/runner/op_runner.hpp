@@ -17,21 +17,10 @@
 #include "sim/comm/communicator.hpp"
 #include "sim/mesh/placement.hpp"
 #include "sim/rules/sharding.hpp"
-#include "sim/runner/report.hpp"
+#include "sim/spec/report.hpp"
+#include "sim/spec/case_spec.hpp"
 
 namespace fp8moe::sim {
-
-struct OpScenario {
-  std::string mesh = "tp=2";           // "dp=2,tp=2"
-  Pass pass = Pass::fwd;
-  Placements lhs, rhs;                 // one per mesh dim (see sim/rules/sharding.hpp for the operands)
-  OpShape shape;                       // E, M (tokens), N, K
-  std::vector<std::int32_t> offs;      // (E) cumulative token ends, offs[E-1] = M; Replicate
-  Dist dist = Dist::normal;
-  std::uint64_t seed = 0;
-  GemmOptions gemm;                    // mode, promotion, quant options, token-group padding
-  ReduceOptions reduce;                // how Partial outputs (and Partial inputs) are reduced
-};
 
 struct OpRun {
   ScenarioReport report;
@@ -47,7 +36,7 @@ struct OpRun {
 // Throws an Error with the rules' reason when the placements are rejected. `comm`: the mesh's
 // communicator (a FakeCommunicator holding every rank when none is given); with a real one this
 // process computes its own ranks' passes (`local` holds only those) and every rank gets `out`.
-OpRun run_op(const OpScenario& sc, Backend& backend, Communicator* comm = nullptr);
+OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* comm = nullptr);
 
 // One rank's (or the single device's) pass on its operands. In the quantized modes, a feature dim
 // the quantizer needs in whole blocks (fwd/dgrad: the lhs's dim 1, W's dims 1 and 2) that a

@@ -2,7 +2,7 @@
 // One placement scenario's metrics and diagnostics as text (stdout of `fp8moe run`).
 #include <string>
 
-#include "sim/runner/report.hpp"
+#include "sim/spec/report.hpp"
 
 namespace fp8moe::sim {
 

@@ -1,7 +1,8 @@
 #pragma once
 // Expands parsed scenarios into cases (issue 4 item 1): every axis of a scenario (a key with
 // several values) is crossed with every other, in the canonical key order of scenario_keys()
-// (level outermost, ..., lr innermost); then `plan = all` becomes every plan the mesh holds and,
+// (scenarios/keys.hpp: level outermost, ..., lr innermost), each key's values through its rule
+// (sim/sweep/case_keys.hpp); then `plan = all` becomes every plan the mesh holds and,
 // at op level, `lhs`/`rhs = all` every placement combination the rules admit (`placements`:
 // direct, redistribute or all). A combination that cannot run is kept as a rejected case with the
 // reason (fp8moe list shows it); a value no combination can use is an error naming its line.
@@ -9,54 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "reference/datagen.hpp"
-#include "reference/gemm.hpp"
 #include "scenarios/scenario.hpp"
-#include "sim/comm/communicator.hpp"
 #include "sim/limits/limits.hpp"
-#include "sim/mesh/placement.hpp"
-#include "sim/plans/layer_plan.hpp"
+#include "sim/sweep/case.hpp"
 
 namespace fp8moe::scenarios {
-
-struct Case {
-  int id = 0;                 // position in the expanded sweep (rejected cases included)
-  std::string scenario;       // section name
-  std::string where;          // "ci.ini:12": the scenario's header
-  std::string level = "op";   // op | layer
-  std::string mesh = "1";     // canonical Mesh::str()
-  int world = 1;
-  // op level
-  Pass pass = Pass::fwd;
-  sim::Placements lhs, rhs;
-  std::string op_verdict;     // direct | redistribute
-  // layer level
-  std::string plan = "single";
-  // shape and data
-  int experts = 2;
-  std::int64_t tokens = 256, n = 256, k = 256, dim = 256, hidden = 256;
-  std::vector<std::int32_t> offs;  // resolved cumulative offsets (E)
-  std::string routing = "balanced";  // routing name, or "explicit"
-  Dist dist = Dist::normal;
-  std::uint64_t seed = 0;
-  GemmOptions gemm;           // mode, promotion, quant, pad (resolved)
-  sim::ReduceOptions reduce;
-  sim::GatherDtype fsdp_gather = sim::GatherDtype::bf16;
-  bool fp8_dispatch = false;
-  float lr = 0;
-  std::string backend = "reference";
-
-  std::string rejected;       // non-empty: why this case does not run
-
-  std::string mode_label() const;   // "promote-fp32/cublas"
-  std::string placements() const;   // op: "A=[R] W=[S(1)]"; layer: the plan's parameter placements
-  // Every parameter, canonical: the identity of a case across runs (resume, compare, baseline).
-  std::string key() const;
-  // A rough upper bound of the host bytes the case holds at once (inputs, every rank's shards,
-  // three sets of outputs), for the check against the machine's memory.
-  std::int64_t memory_estimate() const;
-  double flops() const;             // GEMM flops of the case (all runs), for the ETA
-};
 
 struct ExpandOptions {
   std::string only;               // glob on "scenario" or on the case key ("*tp=2*"); empty: all

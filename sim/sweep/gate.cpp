@@ -16,6 +16,51 @@ namespace fp8moe::sim {
 
 using results::CaseRow;
 
+namespace {
+
+// One `key = value` of a gate; returns whether it was min_db.
+bool gate_item(Gate& g, const std::string& key, const scenarios::Value& v, const std::vector<std::string>& cols) {
+  if (key == "description") {
+    g.description = v.text;
+  } else if (key == "expect") {
+    if (v.text != "bitwise" && v.text != "identical") {
+      fail(v.where(), ": expect = ", v.text, ": expect bitwise (to the single device) or identical (to the baseline "
+           "run), or give metric and min_db");
+    }
+    (v.text == "bitwise" ? g.expect_bitwise : g.expect_identical) = true;
+  } else if (key == "metric") {
+    if (v.text != "sqnr_db" && v.text != "sqnr_vs_single_db") {
+      fail(v.where(), ": metric = ", v.text, ": use sqnr_db (vs hp64) or sqnr_vs_single_db (vs single device)");
+    }
+    g.metric = v.text;
+  } else if (key == "min_db") {
+    std::size_t used = 0;
+    try {
+      g.min_db = std::stod(v.text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.text.size() || !std::isfinite(g.min_db)) fail(v.where(), ": min_db = ", v.text, ": give a number of dB");
+    return true;
+  } else if (std::find(cols.begin(), cols.end(), key) != cols.end()) {
+    GateMatch m{key, {}, {}};
+    for (const std::string& item : scenarios::split_values(v.text, /*tuple=*/true)) {
+      if (item.empty()) fail(v.where(), ": ", key, " has an empty entry");
+      (item.front() == '!' ? m.none_of : m.any_of).push_back(item.front() == '!' ? item.substr(1) : item);
+    }
+    g.match.push_back(std::move(m));
+  } else {
+    std::vector<std::string> known = cols;
+    for (const char* k : {"description", "expect", "metric", "min_db"}) known.emplace_back(k);
+    const std::string near = scenarios::nearest(key, known);
+    fail(v.where(), ": unknown key '", key, "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
+         ": a gate takes description, expect, metric, min_db and columns of the cases table");
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<Gate> parse_gates(const std::string& text, const std::string& path) {
   std::vector<Gate> gates;
   const auto& cols = results::case_columns();
@@ -27,44 +72,7 @@ std::vector<Gate> parse_gates(const std::string& text, const std::string& path) 
     g.name = s.name.substr(5);
     g.where = cat(s.file, ":", s.line);
     bool has_min = false;
-    for (const auto& [key, v] : s.items) {
-      if (key == "description") {
-        g.description = v.text;
-      } else if (key == "expect") {
-        if (v.text != "bitwise" && v.text != "identical") {
-          fail(v.where(), ": expect = ", v.text, ": expect bitwise (to the single device) or identical (to the baseline "
-               "run), or give metric and min_db");
-        }
-        (v.text == "bitwise" ? g.expect_bitwise : g.expect_identical) = true;
-      } else if (key == "metric") {
-        if (v.text != "sqnr_db" && v.text != "sqnr_vs_single_db") {
-          fail(v.where(), ": metric = ", v.text, ": use sqnr_db (vs hp64) or sqnr_vs_single_db (vs single device)");
-        }
-        g.metric = v.text;
-      } else if (key == "min_db") {
-        std::size_t used = 0;
-        try {
-          g.min_db = std::stod(v.text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != v.text.size() || !std::isfinite(g.min_db)) fail(v.where(), ": min_db = ", v.text, ": give a number of dB");
-        has_min = true;
-      } else if (std::find(cols.begin(), cols.end(), key) != cols.end()) {
-        GateMatch m{key, {}, {}};
-        for (const std::string& item : scenarios::split_values(v.text, /*tuple=*/true)) {
-          if (item.empty()) fail(v.where(), ": ", key, " has an empty entry");
-          (item.front() == '!' ? m.none_of : m.any_of).push_back(item.front() == '!' ? item.substr(1) : item);
-        }
-        g.match.push_back(std::move(m));
-      } else {
-        std::vector<std::string> known = cols;
-        for (const char* k : {"description", "expect", "metric", "min_db"}) known.emplace_back(k);
-        const std::string near = scenarios::nearest(key, known);
-        fail(v.where(), ": unknown key '", key, "'", near.empty() ? "" : cat(" (did you mean '", near, "'?)"),
-             ": a gate takes description, expect, metric, min_db and columns of the cases table");
-      }
-    }
+    for (const auto& [key, v] : s.items) has_min = gate_item(g, key, v, cols) || has_min;
     const bool expect = g.expect_bitwise || g.expect_identical;
     if (expect == (!g.metric.empty() || has_min)) {
       fail(g.where, ": gate ", g.name, ": give either expect = bitwise|identical or metric and min_db");

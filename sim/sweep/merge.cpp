@@ -33,18 +33,11 @@ struct Input {
 std::string text_attr(const h5::File& f, const char* name) { return f.attr_string(name).value_or(""); }
 std::int64_t int_attr(const h5::File& f, const char* name, std::int64_t dflt) { return f.attr_int(name).value_or(dflt); }
 
-}  // namespace
+// merge_sweeps in phases: open the inputs, check they are shards of one sweep, collect every case
+// once, write the merged file.
 
-std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>& paths, bool force,
-                          bool allow_missing) {
-  if (paths.empty()) fail("give the result files to merge: fp8moe merge OUT.h5 IN.h5...");
-  results::OutputRequest req;
-  req.path = out;
-  req.flag = "OUT";
-  req.force = force;
-  req.inputs = paths;
-  req.exists_fix = "overwrite it with --force, or choose another OUT";
-  results::OutputFile output(req);  // checked and locked before anything is read or written
+// Each input, checked complete, with its shard and rows.
+std::vector<Input> open_inputs(const std::vector<std::string>& paths) {
   std::vector<Input> in;
   for (const std::string& p : paths) {
     Input x{p, results::open_sweep(p), {}, 0, 1};
@@ -58,6 +51,12 @@ std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>
     x.rows = results::read_cases(x.file);
     in.push_back(std::move(x));
   }
+  return in;
+}
+
+// The inputs are shards of one sweep, each once; returns the shards missing (an error unless
+// allowed).
+std::vector<std::int64_t> check_shards(const std::vector<Input>& in, bool allow_missing) {
   const Input& first = in.front();
   for (const Input& x : in) {
     for (const char* a : kSameText) {
@@ -87,9 +86,13 @@ std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>
     for (auto s : missing) m += (m.empty() ? "" : ", ") + fmt::format("{}/{}", s, first.shards);
     fail("shards ", m, " are missing: run them (fp8moe sweep ... --shard I/N) or merge with --allow-missing");
   }
+  return missing;
+}
 
-  // Every case once, in case order.
-  std::map<std::int64_t, std::pair<const Input*, std::vector<const results::CaseRow*>>> cases;
+// Every case once, in case order, with the input holding it.
+using CaseSlots = std::map<std::int64_t, std::pair<const Input*, std::vector<const results::CaseRow*>>>;
+CaseSlots collect_cases(const std::vector<Input>& in) {
+  CaseSlots cases;
   for (const Input& x : in) {
     for (const results::CaseRow& r : x.rows) {
       auto& slot = cases[r.case_id];
@@ -100,43 +103,71 @@ std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>
       slot.second.push_back(&r);
     }
   }
+  return cases;
+}
+
+// The first input's string provenance (less what the merge sets afresh), and the merge's own.
+results::Attrs merged_attrs(const h5::File& first, const std::vector<std::string>& paths) {
+  results::Attrs attrs;
+  for (const std::string& name : first.attr_names()) {
+    if (kFresh.count(name)) continue;
+    try {
+      if (auto v = first.attr_string(name)) attrs.emplace_back(name, *v);
+    } catch (const Error&) {
+      // not a string: the numeric provenance attributes are copied by copy_int_attrs
+    }
+  }
+  std::string names;
+  for (const std::string& p : paths) names += (names.empty() ? "" : ",") + p;
+  attrs.emplace_back("merged_from", names);
+  attrs.emplace_back("merged_utc", utc_now());
+  return attrs;
+}
+
+void copy_int_attrs(const h5::File& first, results::SweepWriter& w, std::size_t inputs) {
+  for (const std::string& name : first.attr_names()) {
+    if (kFresh.count(name)) continue;
+    try {
+      (void)first.attr_string(name);
+    } catch (const Error&) {
+      if (auto i = first.attr_int(name)) w.file().set_attr(name, *i);
+    }
+  }
+  w.file().set_attr("save_blocks", int_attr(first, "save_blocks", 0));
+  w.file().set_attr("save_tensors", int_attr(first, "save_tensors", 0));
+  w.file().set_attr("shard_index", 0);
+  w.file().set_attr("shard_count", 1);
+  w.file().set_attr("merged_shards", static_cast<std::int64_t>(inputs));
+}
+
+}  // namespace
+
+std::int64_t merge_sweeps(const std::string& out, const std::vector<std::string>& paths, bool force,
+                          bool allow_missing) {
+  if (paths.empty()) fail("give the result files to merge: fp8moe merge OUT.h5 IN.h5...");
+  results::OutputRequest req;
+  req.path = out;
+  req.flag = "OUT";
+  req.force = force;
+  req.inputs = paths;
+  req.exists_fix = "overwrite it with --force, or choose another OUT";
+  results::OutputFile output(req);  // checked and locked before anything is read or written
+  const std::vector<Input> in = open_inputs(paths);
+  const Input& first = in.front();
+  const std::vector<std::int64_t> missing = check_shards(in, allow_missing);
+  const CaseSlots cases = collect_cases(in);
 
   std::int64_t rows = 0;
   std::optional<results::SweepWriter> w;
   try {
-    results::Attrs attrs;
-    for (const std::string& name : first.file.attr_names()) {
-      if (kFresh.count(name)) continue;
-      try {
-        if (auto v = first.file.attr_string(name)) attrs.emplace_back(name, *v);
-      } catch (const Error&) {
-        // not a string: the numeric provenance attributes are set below
-      }
-    }
-    std::string names;
-    for (const std::string& p : paths) names += (names.empty() ? "" : ",") + p;
-    attrs.emplace_back("merged_from", names);
-    attrs.emplace_back("merged_utc", utc_now());
-    w.emplace(results::SweepWriter::create(output.tmp(), attrs, static_cast<std::int64_t>(cases.size())));
+    w.emplace(results::SweepWriter::create(output.tmp(), merged_attrs(first.file, paths), static_cast<std::int64_t>(cases.size())));
     w->file().set_name(output.path());  // messages name OUT, where the user looks
     // The merged file is at most its inputs together: reserve that up front, so a full disk is
     // one clear error before the copying starts.
     std::int64_t need = 0;
     for (const Input& x : in) need += results::file_size(x.path);
     w->reserve(need, "the merged file");
-    for (const std::string& name : first.file.attr_names()) {
-      if (kFresh.count(name)) continue;
-      try {
-        (void)first.file.attr_string(name);
-      } catch (const Error&) {
-        if (auto i = first.file.attr_int(name)) w->file().set_attr(name, *i);
-      }
-    }
-    w->file().set_attr("save_blocks", int_attr(first.file, "save_blocks", 0));
-    w->file().set_attr("save_tensors", int_attr(first.file, "save_tensors", 0));
-    w->file().set_attr("shard_index", 0);
-    w->file().set_attr("shard_count", 1);
-    w->file().set_attr("merged_shards", static_cast<std::int64_t>(in.size()));
+    copy_int_attrs(first.file, *w, in.size());
     for (const auto& [id, slot] : cases) {
       for (const char* kind : {"blocks", "tensors"}) {
         const std::string g = std::string("/") + kind + "/" + results::case_group_name(id);

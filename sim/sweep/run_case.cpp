@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "reference/error.hpp"
 #include "reference/groups.hpp"
@@ -11,6 +12,7 @@
 #include "sim/plans/layer_plan.hpp"
 #include "sim/rules/sharding.hpp"
 #include "sim/runner/op_runner.hpp"
+#include "sim/sweep/case_keys.hpp"
 
 namespace fp8moe::sim {
 
@@ -25,12 +27,6 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
     if (p.empty()) continue;
     s += (s.empty() ? "" : sep) + p;
   }
-  return s;
-}
-
-std::string offs_text(const std::vector<std::int32_t>& offs) {
-  std::string s;
-  for (std::size_t i = 0; i < offs.size(); ++i) s += (i ? "," : "") + std::to_string(offs[i]);
   return s;
 }
 
@@ -103,35 +99,124 @@ CaseRow case_row_template(const Case& c) {
   r.case_id = c.id;
   r.case_key = c.key();
   r.scenario = c.scenario;
-  r.level = c.level;
-  r.mesh = c.mesh;
-  r.world = c.world;
-  r.plan = c.level == "op" ? c.op_verdict : c.plan;
-  r.placements = c.rejected.empty() ? c.placements() : "";
-  r.pass = c.level == "op" ? pass_name(c.pass) : "";
-  r.backend = c.backend;
-  r.mode = c.mode_label();
-  r.format = format_name(c.gemm.quant.format);
-  r.block = c.gemm.quant.block;
-  r.pow2_scales = c.gemm.quant.pow2_scales ? 1 : 0;
-  r.pad = c.gemm.pad ? 1 : 0;
-  r.experts = c.experts;
-  r.tokens = c.tokens;
-  r.n = c.n;
-  r.k = c.k;
-  r.dim = c.dim;
-  r.hidden = c.hidden;
-  r.routing = c.routing;
-  r.offs = offs_text(c.offs);
-  r.dist = dist_name(c.dist);
-  r.seed = c.seed;
-  r.fsdp_gather = gather_dtype_name(c.fsdp_gather);
-  r.reduce_dtype = reduce_dtype_name(c.reduce.dtype);
-  r.reduce_order = reduce_order_name(c.reduce.order);
-  r.fp8_dispatch = c.fp8_dispatch ? 1 : 0;
-  r.lr = c.lr;
+  for (const scenarios::KeySyntax& k : scenarios::kKeys) scenarios::key_rule(k.key).row(c, r);
   return r;
 }
+
+namespace {
+
+using OnMesh = std::function<void(const std::function<void(Communicator&)>&)>;
+
+// What one level's run leaves for the rows: the report of the process holding global rank 0 (empty
+// elsewhere) and the single-device quantization of the operands, for their statistics.
+struct LevelRun {
+  ScenarioReport report;
+  std::vector<CaseTensors::Operand> ops;
+};
+
+// The operand statistics (underflow, saturation, per-block amax/scale/SQNR) are those of the
+// single-device quantization, from the CPU quantizers: every GPU quantizer equals them bit for bit
+// (tests/kernels), and only the CPU ones count underflow and saturation.
+LevelRun run_op_level(const Case& c, const OnMesh& on_mesh, bool keep_tensors, CaseTensors& tensors) {
+  OpRun run;
+  on_mesh([&](Communicator& comm) {
+    auto be = make_backend(c.backend);
+    OpRun mine = run_op(c, *be, &comm);
+    if (comm.is_local(0)) run = std::move(mine);
+  });
+  LevelRun out;
+  out.report = std::move(run.report);
+  if (out.report.tensors.empty()) return out;  // not the root process
+  if (is_quantized(c.gemm.mode)) {
+    auto cpu = make_backend("reference");
+    const PassRecipes rc = pass_recipes(c.pass);
+    out.ops.push_back(quantize_operand(*cpu, lhs_name(c.pass), rc.lhs, run.lhs, c.offs, c.gemm));
+    out.ops.push_back(quantize_operand(*cpu, rhs_name(c.pass), rc.rhs, run.rhs, c.offs, c.gemm));
+  }
+  if (keep_tensors) {
+    tensors.outputs.push_back({out_name(c.pass), to_f(run.out), to_f(run.single), to_f(run.hp64)});
+    tensors.inputs = {{"lhs", std::move(run.lhs)}, {"rhs", std::move(run.rhs)}};
+  }
+  return out;
+}
+
+LevelRun run_layer_level(const Case& c, const OnMesh& on_mesh, bool keep_tensors, CaseTensors& tensors) {
+  LevelRun out;
+  LayerRun run;
+  LayerOutputs truth, same;
+  on_mesh([&](Communicator& comm) {
+    LayerRun r;
+    LayerOutputs t, s;
+    ScenarioReport rep = run_layer(c, &r, &t, &s, &comm);
+    if (comm.is_local(0)) {
+      out.report = std::move(rep);
+      run = std::move(r);
+      truth = std::move(t);
+      same = std::move(s);
+    }
+  });
+  const bool quantized = is_quantized(c.gemm.mode);
+  if (out.report.tensors.empty() || (!quantized && !keep_tensors)) return out;
+  LayerInputs in = layer_inputs(c);
+  if (quantized) {
+    auto cpu = make_backend("reference");
+    for (const auto& [name, r, x] : {std::tuple{"x", Recipe::act_lhs, &in.x}, std::tuple{"dy", Recipe::act_lhs, &in.dy},
+                                     std::tuple{"w1", Recipe::weight_fwd, &in.W1}, std::tuple{"w2", Recipe::weight_fwd, &in.W2},
+                                     std::tuple{"w3", Recipe::weight_fwd, &in.W3}}) {
+      out.ops.push_back(quantize_operand(*cpu, name, r, *x, c.offs, c.gemm));
+    }
+  }
+  if (keep_tensors) {
+    const auto mine = named_outputs(run.out), t = named_outputs(truth), s = named_outputs(same);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      tensors.outputs.push_back({mine[i].first, *mine[i].second, *s[i].second, *t[i].second});
+    }
+    tensors.inputs = {{"x", std::move(in.x)}, {"dy", std::move(in.dy)}, {"w1", std::move(in.W1)},
+                      {"w2", std::move(in.W2)}, {"w3", std::move(in.W3)}};
+  }
+  return out;
+}
+
+// One row per reported tensor: the case's fields, the metrics, the operands' statistics.
+std::vector<CaseRow> report_rows(const CaseRow& base, const LevelRun& run) {
+  std::int64_t elements = 0, underflow = 0, saturated = 0;
+  for (const auto& op : run.ops) {
+    elements += op.q.stats.elements;
+    underflow += op.q.stats.underflow;
+    saturated += op.q.stats.saturated;
+  }
+  const std::string message = report_message(run.report);
+  std::string split_k;
+  for (const std::int32_t k : take_cublaslt_splits_seen()) split_k += (split_k.empty() ? "" : ",") + std::to_string(k);
+  std::vector<CaseRow> rows;
+  for (const TensorReport& t : run.report.tensors) {
+    CaseRow row = base;
+    row.split_k = split_k;
+    row.strategy = run.report.strategy;
+    row.comm_bytes = run.report.comm_bytes_max_rank;
+    row.underflow_frac = elements ? static_cast<double>(underflow) / static_cast<double>(elements) : 0.0;
+    row.saturated_frac = elements ? static_cast<double>(saturated) / static_cast<double>(elements) : 0.0;
+    fill_metrics(row, t);
+    row.message = row.status == "fail" ? join({"non-finite result", message}, "; ") : message;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// One error row: the case is recorded (and not rerun by --resume) with why it failed.
+CaseResult error_result(const CaseRow& base, const std::string& what) {
+  CaseResult res;
+  CaseRow row = base;
+  row.tensor = "-";
+  row.status = "error";
+  row.sqnr_db = row.sqnr_vs_single_db = std::nan("");
+  row.message = what;
+  res.rows.push_back(std::move(row));
+  res.error = true;
+  return res;
+}
+
+}  // namespace
 
 CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
   if (!c.rejected.empty()) fail("case ", c.id, " is rejected (", c.rejected, "): it cannot run");
@@ -144,7 +229,7 @@ CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
     // on several threads); the results of the call holding global rank 0 are kept. A process
     // that holds no rank of the case ends with no rows (only the root process writes).
     const Mesh mesh = Mesh::parse(c.mesh);
-    auto on_mesh = [&](const std::function<void(Communicator&)>& body) {
+    const OnMesh on_mesh = [&](const std::function<void(Communicator&)>& body) {
       if (rt) {
         rt->run(mesh, body);
       } else {
@@ -152,127 +237,16 @@ CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
         body(comm);
       }
     };
-    // The operand statistics (underflow, saturation, per-block amax/scale/SQNR) are those of the
-    // single-device quantization, from the CPU quantizers: every GPU quantizer equals them bit
-    // for bit (tests/kernels), and only the CPU ones count underflow and saturation.
-    auto backend = make_backend("reference");
-    std::vector<CaseTensors::Operand> ops;
-    ScenarioReport report;
-    bool holds_root = false;
-    if (c.level == "op") {
-      OpScenario sc;
-      sc.mesh = c.mesh;
-      sc.pass = c.pass;
-      sc.lhs = c.lhs;
-      sc.rhs = c.rhs;
-      sc.shape = OpShape{c.experts, c.tokens, c.n, c.k};
-      sc.offs = c.offs;
-      sc.dist = c.dist;
-      sc.seed = c.seed;
-      sc.gemm = c.gemm;
-      sc.reduce = c.reduce;
-      OpRun run;
-      on_mesh([&](Communicator& comm) {
-        auto be = make_backend(c.backend);
-        OpRun mine = run_op(sc, *be, &comm);
-        if (comm.is_local(0)) run = std::move(mine);
-      });
-      holds_root = !run.report.tensors.empty();
-      report = std::move(run.report);
-      if (holds_root && is_quantized(c.gemm.mode)) {
-        const PassRecipes rc = pass_recipes(c.pass);
-        ops.push_back(quantize_operand(*backend, lhs_name(c.pass), rc.lhs, run.lhs, c.offs, c.gemm));
-        ops.push_back(quantize_operand(*backend, rhs_name(c.pass), rc.rhs, run.rhs, c.offs, c.gemm));
-      }
-      if (holds_root && keep_tensors) {
-        res.tensors.outputs.push_back({out_name(c.pass), to_f(run.out), to_f(run.single), to_f(run.hp64)});
-        res.tensors.inputs = {{"lhs", std::move(run.lhs)}, {"rhs", std::move(run.rhs)}};
-      }
-    } else {
-      LayerConfig cfg;
-      cfg.mesh = c.mesh;
-      cfg.plan = c.plan;
-      cfg.experts = c.experts;
-      cfg.dim = c.dim;
-      cfg.hidden = c.hidden;
-      cfg.tokens = c.tokens;
-      cfg.offs = c.offs;
-      cfg.dist = c.dist;
-      cfg.seed = c.seed;
-      cfg.gemm = c.gemm;
-      cfg.reduce = c.reduce;
-      cfg.fsdp_gather = c.fsdp_gather;
-      cfg.fp8_dispatch = c.fp8_dispatch;
-      cfg.lr = c.lr;
-      cfg.backend = c.backend;
-      LayerRun run;
-      LayerOutputs truth, same;
-      on_mesh([&](Communicator& comm) {
-        LayerRun r;
-        LayerOutputs t, s;
-        ScenarioReport rep = run_layer(cfg, &r, &t, &s, &comm);
-        if (comm.is_local(0)) {
-          report = std::move(rep);
-          run = std::move(r);
-          truth = std::move(t);
-          same = std::move(s);
-        }
-      });
-      holds_root = !report.tensors.empty();
-      if (holds_root && (is_quantized(c.gemm.mode) || keep_tensors)) {
-        LayerInputs in = layer_inputs(cfg);
-        if (is_quantized(c.gemm.mode)) {
-          ops.push_back(quantize_operand(*backend, "x", Recipe::act_lhs, in.x, c.offs, c.gemm));
-          ops.push_back(quantize_operand(*backend, "dy", Recipe::act_lhs, in.dy, c.offs, c.gemm));
-          ops.push_back(quantize_operand(*backend, "w1", Recipe::weight_fwd, in.W1, c.offs, c.gemm));
-          ops.push_back(quantize_operand(*backend, "w2", Recipe::weight_fwd, in.W2, c.offs, c.gemm));
-          ops.push_back(quantize_operand(*backend, "w3", Recipe::weight_fwd, in.W3, c.offs, c.gemm));
-        }
-        if (keep_tensors) {
-          const auto mine = named_outputs(run.out), t = named_outputs(truth), s = named_outputs(same);
-          for (std::size_t i = 0; i < mine.size(); ++i) {
-            res.tensors.outputs.push_back({mine[i].first, *mine[i].second, *s[i].second, *t[i].second});
-          }
-          res.tensors.inputs = {{"x", std::move(in.x)}, {"dy", std::move(in.dy)}, {"w1", std::move(in.W1)},
-                                {"w2", std::move(in.W2)}, {"w3", std::move(in.W3)}};
-        }
-      }
-    }
-    std::int64_t elements = 0, underflow = 0, saturated = 0;
-    for (const auto& op : ops) {
-      elements += op.q.stats.elements;
-      underflow += op.q.stats.underflow;
-      saturated += op.q.stats.saturated;
-    }
-    const std::string message = report_message(report);
-    std::string split_k;
-    for (const std::int32_t k : take_cublaslt_splits_seen()) split_k += (split_k.empty() ? "" : ",") + std::to_string(k);
-    for (const TensorReport& t : report.tensors) {
-      CaseRow row = base;
-      row.split_k = split_k;
-      row.strategy = report.strategy;
-      row.comm_bytes = report.comm_bytes_max_rank;
-      row.underflow_frac = elements ? static_cast<double>(underflow) / static_cast<double>(elements) : 0.0;
-      row.saturated_frac = elements ? static_cast<double>(saturated) / static_cast<double>(elements) : 0.0;
-      fill_metrics(row, t);
-      row.message = row.status == "fail" ? join({"non-finite result", message}, "; ") : message;
-      res.rows.push_back(std::move(row));
-    }
-    if (holds_root && keep_tensors) {
-      res.tensors.quantized = std::move(ops);
+    LevelRun run = c.level == "op" ? run_op_level(c, on_mesh, keep_tensors, res.tensors)
+                                   : run_layer_level(c, on_mesh, keep_tensors, res.tensors);
+    res.rows = report_rows(base, run);
+    if (!run.report.tensors.empty() && keep_tensors) {
+      res.tensors.quantized = std::move(run.ops);
       res.tensors.offs = c.offs;
       res.tensors.block = c.gemm.quant.block;
     }
   } catch (const std::exception& e) {
-    // One error row: the case is recorded (and not rerun by --resume) with why it failed.
-    res = CaseResult{};
-    CaseRow row = base;
-    row.tensor = "-";
-    row.status = "error";
-    row.sqnr_db = row.sqnr_vs_single_db = std::nan("");
-    row.message = e.what();
-    res.rows.push_back(std::move(row));
-    res.error = true;
+    res = error_result(base, e.what());
   }
   res.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (CaseRow& r : res.rows) r.time_ms = res.time_ms;

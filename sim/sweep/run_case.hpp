@@ -8,7 +8,7 @@
 #include "reference/quantize.hpp"
 #include "reference/tensor.hpp"
 #include "results/store.hpp"
-#include "sim/sweep/expand.hpp"
+#include "sim/sweep/case.hpp"
 #include "sim/comm/runtime.hpp"
 
 namespace fp8moe::sim {

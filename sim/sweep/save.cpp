@@ -120,7 +120,7 @@ void save_blocks(h5::Group g, const scenarios::Case& c, const CaseTensors& t) {
     if (op.x.shape != op.q.codes.shape || op.x.numel() == 0) continue;
     const View3 v = view3(op.x.shape);
     const bool three = op.x.rank() == 3;
-    const std::int64_t br = op.q.block_rows, bc = op.q.block_cols;
+    const std::int64_t br = op.q.layout.block_rows, bc = op.q.layout.block_cols;
     const TensorF deq = dequantize(op.q);
     TensorD amax = per_tile(v, br, bc, three, [&](std::int64_t, std::int64_t, std::int64_t, const std::vector<std::int64_t>& idx) {
       double m = 0;
@@ -175,7 +175,7 @@ std::int64_t saved_bytes_bound(const CaseTensors& t, bool blocks, bool tensors) 
   if (blocks) {
     for (const CaseTensors::Output& o : t.outputs) bytes += 2 * map_bytes(o.result.shape, t.block, t.block);
     for (const CaseTensors::Operand& op : t.quantized) {
-      bytes += 3 * map_bytes(op.x.shape, std::max<std::int64_t>(op.q.block_rows, 1), std::max<std::int64_t>(op.q.block_cols, 1));
+      bytes += 3 * map_bytes(op.x.shape, std::max<std::int64_t>(op.q.layout.block_rows, 1), std::max<std::int64_t>(op.q.layout.block_cols, 1));
     }
   }
   if (tensors) {

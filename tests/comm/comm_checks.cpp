@@ -584,12 +584,12 @@ void check_op_runs(Communicator& comm, std::uint64_t seed, CheckLog& log) {
       {"fwd, W sharded on experts (redistributed)", Pass::fwd, Placement::R(), Placement::S(0), {ReduceOrder::ring, ReduceDtype::fp32}},
   };
   for (const Template& t : templates) {
-    OpScenario sc;
+    CaseSpec sc;
     sc.mesh = mesh.str();
     sc.pass = t.pass;
     sc.lhs = every_dim(mesh, t.lhs);
     sc.rhs = every_dim(mesh, t.rhs);
-    sc.shape = OpShape{2, 256, 256, 512};
+    sc.set_op_shape(OpShape{2, 256, 256, 512});
     sc.offs = {128, 256};
     sc.seed = seed;
     sc.reduce = t.reduce;
@@ -630,7 +630,7 @@ void check_op_runs(Communicator& comm, std::uint64_t seed, CheckLog& log) {
 }
 
 void check_layer_run(Communicator& comm, const std::string& plan, std::uint64_t seed, CheckLog& log) {
-  LayerConfig c;
+  CaseSpec c;
   c.mesh = comm.mesh().str();
   c.plan = plan;
   c.seed = seed;

@@ -3,6 +3,8 @@
 // simt GEMM against an exact oracle. Label kernels (not gpu): runs everywhere CUDA compiles.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -20,36 +22,71 @@ namespace {
 using namespace fp8moe;
 using kernels::Recipe;
 
-TEST_CASE("quant_layout gives reference/'s code and scale shapes and block extents for every recipe") {
+TEST_CASE("every recipe's layout: its shapes, and scale indices that tile the codes in blocks, once each") {
+  // The one recipe -> layout mapping (reference/quantize.hpp quant_layout) that the CPU and GPU
+  // quantizers share, against the recipe table written out here: code shape, block extent, and
+  // the property that each scale index owns exactly one block of codes.
   for (int B : {64, 128, 256}) {
     const std::vector<std::int32_t> offs{B, B, 3 * B};  // expert 1 empty
     const QuantOptions opt{B, false, Fp8Format::e4m3};
-    const std::int64_t M = 3 * B, K = 2 * B;
+    const std::int64_t M = 3 * B, K = 2 * B, Mr = M + 17, Kr = K + 3, E = 2, N = B;
     CAPTURE(B);
-    const TensorF x({M, K}, 1.0f), w({2, B, 2 * B}, 1.0f);
-    const std::vector<std::pair<Recipe, Quantized>> pairs{
-        {Recipe::act_lhs, quantize_act_lhs(x, opt)},
-        {Recipe::act_rhs, quantize_act_rhs(TensorF({M + 17, K + 3}, 1.0f), opt)},
-        {Recipe::act_lhs_t, quantize_act_lhs_t(TensorF({M + 17, K + 3}, 1.0f), opt)},
-        {Recipe::weight_fwd, quantize_grouped_weight(w, WeightOrientation::fwd, opt)},
-        {Recipe::weight_dgrad, quantize_grouped_weight(w, WeightOrientation::dgrad, opt)},
-        {Recipe::kgrouped_lhs, quantize_kgrouped_lhs(TensorF({M, K}, 1.0f), offs, opt)},
-        {Recipe::kgrouped_rhs, quantize_kgrouped_rhs(TensorF({M, K}, 1.0f), offs, opt)},
+    struct Want {
+      Recipe r;
+      std::vector<std::int64_t> in, codes;
+      int br, bc;
     };
-    for (const auto& [r, q] : pairs) {
-      CAPTURE(std::string(recipe_name(r)));
-      const std::vector<std::int64_t> in = r == Recipe::act_rhs || r == Recipe::act_lhs_t ? std::vector<std::int64_t>{M + 17, K + 3}
-                                           : (r == Recipe::weight_fwd || r == Recipe::weight_dgrad) ? w.shape
-                                                                                                    : x.shape;
-      const bool kg = r == Recipe::kgrouped_lhs || r == Recipe::kgrouped_rhs;
-      const kernels::QuantLayout l = kernels::quant_layout(r, in, kg ? std::span<const std::int32_t>(offs) : std::span<const std::int32_t>{}, opt);
-      CHECK(l.codes == q.codes.shape);
-      CHECK(l.scales == q.scales.shape);
-      CHECK(l.block_rows == q.block_rows);
-      CHECK(l.block_cols == q.block_cols);
-      CHECK(r == q.recipe);
+    const std::vector<Want> table{
+        {Recipe::act_lhs, {M, K}, {M, K}, 1, B},
+        {Recipe::act_rhs, {Mr, Kr}, {Mr, Kr}, B, 1},
+        {Recipe::act_lhs_t, {Mr, Kr}, {Kr, Mr}, 1, B},
+        {Recipe::weight_fwd, {E, N, K}, {E, N, K}, B, B},
+        {Recipe::weight_dgrad, {E, N, K}, {E, K, N}, B, B},
+        {Recipe::kgrouped_lhs, {M, K}, {K, M}, 1, B},
+        {Recipe::kgrouped_rhs, {M, K}, {M, K}, B, 1},
+    };
+    for (const Want& w : table) {
+      CAPTURE(std::string(recipe_name(w.r)));
+      const bool kg = w.r == Recipe::kgrouped_lhs || w.r == Recipe::kgrouped_rhs;
+      const QuantLayout l = quant_layout(w.r, w.in, kg ? std::span<const std::int32_t>(offs) : std::span<const std::int32_t>{}, opt);
+      CHECK(l.code_shape() == w.codes);
+      CHECK(l.block_rows == w.br);
+      CHECK(l.block_cols == w.bc);
+      // Each scale index owns one block: the codes mapping to it span at most br x bc, all of
+      // them within one block-aligned rectangle, and every index is used.
+      const std::int64_t Eb = l.batch, R = l.rows, C = l.cols;
+      std::vector<std::int64_t> count(static_cast<std::size_t>(l.scale_count()), 0);
+      std::vector<std::array<std::int64_t, 3>> first(count.size(), {-1, -1, -1});
+      bool ok = true;
+      for (std::int64_t e = 0; e < Eb; ++e) {
+        for (std::int64_t r = 0; r < R; ++r) {
+          for (std::int64_t c = 0; c < C; ++c) {
+            const std::int64_t j = l.scale_index(e, r, c);
+            REQUIRE(j >= 0);
+            REQUIRE(j < l.scale_count());
+            REQUIRE(l.code_index(e, r, c) == (e * R + r) * C + c);
+            auto& f = first[static_cast<std::size_t>(j)];
+            if (f[0] < 0) f = {e, r - r % w.br, c - c % w.bc};
+            ok = ok && f[0] == e && r >= f[1] && r < f[1] + w.br && c >= f[2] && c < f[2] + w.bc;
+            ++count[static_cast<std::size_t>(j)];
+          }
+        }
+      }
+      CHECK(ok);
+      CHECK(std::count(count.begin(), count.end(), 0) == 0);
+      // The CPU quantizer's tensors have the layout's shapes.
+      const TensorF x(w.in, 1.0f);
+      const Quantized q = quantize(w.r, x, kg ? std::span<const std::int32_t>(offs) : std::span<const std::int32_t>{}, opt);
+      CHECK(q.layout == l);
+      CHECK(q.codes.shape == l.code_shape());
+      CHECK(q.scales.shape == l.scale_shape());
     }
   }
+  // The preconditions, named: a 1x128 K that is not a multiple of the block, a 2-D grouped weight
+  // for the GPU quantizer (the CPU's 2-D weight is (N, K)).
+  CHECK_THROWS_WITH_AS(quant_layout(Recipe::act_lhs, {4, 100}, {}, QuantOptions{}),
+                       doctest::Contains("K (the quantized dim of the 1x128 recipe) = 100"), Error);
+  CHECK(quant_layout(Recipe::weight_fwd, {128, 256}, {}, QuantOptions{}).code_shape() == std::vector<std::int64_t>{128, 256});
 }
 
 TEST_CASE("i128_to_f32_scaled rounds exact partials once, RNE, like the fp64 -> fp32 cast") {

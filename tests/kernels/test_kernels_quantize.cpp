@@ -61,8 +61,8 @@ void check_recipe(Recipe r, const TensorF& x, std::span<const std::int32_t> offs
   CHECK(got.recipe == want.recipe);
   REQUIRE(got.codes.shape == want.codes.shape);
   REQUIRE(got.scales.shape == want.scales.shape);
-  CHECK(got.block_rows == want.block_rows);
-  CHECK(got.block_cols == want.block_cols);
+  CHECK(got.layout.block_rows == want.layout.block_rows);
+  CHECK(got.layout.block_cols == want.layout.block_cols);
   const test::Diff dc = test::compare_codes(want.codes.data, got.codes.data, opt.format);
   const test::Diff ds = test::compare_floats(want.scales.data, got.scales.data);
   CHECK_MESSAGE(dc.ok(), dc.count, " codes differ; first: ", dc.first_desc);

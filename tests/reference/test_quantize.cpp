@@ -134,8 +134,8 @@ TEST_CASE("1x128 lhs: torchao shapes, blocks 128 and 256, bf16 and fp32 inputs")
         const QuantOptions opt{block, false, Fp8Format::e4m3};
         const Quantized q = quantize_act_lhs(x, opt);
         CHECK(q.recipe == Recipe::act_lhs);
-        CHECK(q.block_rows == 1);
-        CHECK(q.block_cols == block);
+        CHECK(q.layout.block_rows == 1);
+        CHECK(q.layout.block_cols == block);
         check_same(q, orc::act_lhs(x.data, s.M, s.K, oracle_opts(opt)), opt.format);
       }
     }

@@ -10,20 +10,20 @@
 
 namespace fp8moe::sim {
 
-inline CudaCaseShape fake_gpu_op_shape(const OpScenario& sc, const Mesh& m) {
+inline CudaCaseShape fake_gpu_op_shape(const CaseSpec& sc, const Mesh& m) {
   CudaCaseShape s;
   s.pass = sc.pass;
-  s.experts = sc.shape.E;
-  s.tokens = sc.shape.M;
-  s.n = sc.shape.N;
-  s.k = sc.shape.K;
+  s.experts = sc.op_shape().E;
+  s.tokens = sc.op_shape().M;
+  s.n = sc.op_shape().N;
+  s.k = sc.op_shape().K;
   s.world = m.world();
   s.fake_gpu = true;
   s.gemm = sc.gemm;
   return s;
 }
 
-inline CudaCaseShape fake_gpu_layer_shape(const LayerConfig& c, const Mesh& m) {
+inline CudaCaseShape fake_gpu_layer_shape(const CaseSpec& c, const Mesh& m) {
   CudaCaseShape s;
   s.layer = true;
   s.experts = c.experts;

@@ -131,9 +131,10 @@ TEST_CASE("bad input: one line, exit 2, the value and the fix, no output file") 
   expect_error(gemm("--offs 300,200" + save), {"offs[1] = 200", "must not decrease"});
   expect_error(gemm("--offs 100,-5" + save), {"offs[1] = -5"});
   expect_error(gemm("--offs 100,200 --tokens 300" + save), {"300"});
-  expect_error(gemm("--k 200" + save), {"K = 200", "multiple of the quantization block 128"});
-  expect_error(gemm("--n 100 --k 256" + save), {"N = 100"});
-  expect_error(gemm("--offs 129,256 --pad off" + save), {"expert 0 has 129 tokens", "padding on"});
+  // The same checks and sentences as a scenario file's keys, the flag named (sim/sweep/expand.cpp).
+  expect_error(gemm("--k 200" + save), {"--k: k = 200", "multiple of the quantization block 128"});
+  expect_error(gemm("--n 100 --k 256" + save), {"--n: n = 100"});
+  expect_error(gemm("--offs 129,256 --pad off" + save), {"offs 129,256", "not multiples of the block 128", "pad = on or auto"});
   expect_error(gemm("--modes exact,fp4" + save), {"unknown mode 'fp4'", "promote-fp32"});
   expect_error(gemm("--format e3m4" + save), {"unknown FP8 format 'e3m4'", "e4m3 or e5m2"});
   expect_error(gemm("--block 100" + save), {"block size 100", "64, 128 or 256"});

@@ -24,16 +24,16 @@ bool bitwise(const TensorD& a, const TensorD& b) {
 }
 bool bitwise(const TensorF& a, const TensorF& b) { return a.shape == b.shape && a.data == b.data; }
 
-OpScenario scenario(const char* mesh, Pass p, const char* lhs, const char* rhs, OpShape shape,
+CaseSpec scenario(const char* mesh, Pass p, const char* lhs, const char* rhs, OpShape shape,
                     std::vector<std::int32_t> offs, std::uint64_t seed, Promotion promo,
                     Mode mode = Mode::promote_fp32) {
-  OpScenario sc;
+  CaseSpec sc;
   sc.mesh = mesh;
   sc.pass = p;
   const Mesh m = Mesh::parse(mesh);
   sc.lhs = parse_placements(lhs, m.ndim());
   sc.rhs = parse_placements(rhs, m.ndim());
-  sc.shape = shape;
+  sc.set_op_shape(shape);
   sc.offs = std::move(offs);
   sc.seed = seed;
   sc.gemm.mode = mode;
@@ -80,7 +80,7 @@ TEST_CASE("op scenarios on cuda-simt equal the reference backend bitwise: GPU hp
       CAPTURE(std::string(c.rhs));
       CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(seed);
-      const OpScenario sc = scenario(c.mesh, c.pass, c.lhs, c.rhs, c.shape, c.offs, seed, promo, mode);
+      const CaseSpec sc = scenario(c.mesh, c.pass, c.lhs, c.rhs, c.shape, c.offs, seed, promo, mode);
       const OpRun want = run_op(sc, *cpu), got = run_op(sc, *gpu);
       CHECK(bitwise(want.single, got.single));
       CHECK(bitwise(want.out, got.out));
@@ -103,7 +103,7 @@ TEST_CASE("op scenarios on cuda-cublaslt equal the reference hopper-tc/cublas bi
     CAPTURE(std::string(c.mesh));
     CAPTURE(std::string(pass_name(c.pass)));
     CAPTURE(seed);
-    const OpScenario sc =
+    const CaseSpec sc =
         scenario(c.mesh, c.pass, c.lhs, c.rhs, c.shape, c.offs, seed, Promotion::cublas, Mode::hopper_tc);
     const OpRun want = run_op(sc, *cpu), got = run_op(sc, *gpu);
     const Metrics m = compare(want.out.data, got.out.data);
@@ -125,7 +125,7 @@ TEST_CASE("layer plans on cuda-simt equal the reference backend bitwise") {
   std::uint64_t n = 0;
   for (Plan pl : {Plan{"tp=2", "tp"}, Plan{"dp=2", "fsdp"}, Plan{"ep=2", "ep"}}) {
     for (Promotion promo : {Promotion::deepgemm, Promotion::cublas}) {
-      LayerConfig c;
+      CaseSpec c;
       c.seed = test::seed_for(780 + n++);
       c.mesh = pl.mesh;
       c.plan = pl.plan;

@@ -666,14 +666,14 @@ const std::vector<OpCase> kOps{
     {"dp=2,tp=2", Pass::dgrad, "S(1),S(1)", "S(1),S(1)", {2, 512, 256, 512}, {256, 512}, {ReduceOrder::ring, ReduceDtype::fp32}},
 };
 
-OpScenario op_scenario(const OpCase& c, std::uint64_t seed, Promotion promo) {
-  OpScenario sc;
+CaseSpec op_scenario(const OpCase& c, std::uint64_t seed, Promotion promo) {
+  CaseSpec sc;
   sc.mesh = c.mesh;
   sc.pass = c.pass;
   const Mesh m = Mesh::parse(c.mesh);
   sc.lhs = parse_placements(c.lhs, m.ndim());
   sc.rhs = parse_placements(c.rhs, m.ndim());
-  sc.shape = c.shape;
+  sc.set_op_shape(c.shape);
   sc.offs = c.offs;
   sc.seed = seed;
   sc.reduce = c.reduce;
@@ -701,7 +701,7 @@ TEST_CASE("fake-gpu: op scenarios with Partial outputs on cuda-simt equal the re
       CAPTURE(reduce_str(c.reduce));
       CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(seed);
-      const OpScenario sc = op_scenario(c, seed, promo);
+      const CaseSpec sc = op_scenario(c, seed, promo);
       const Mesh m = Mesh::parse(c.mesh);
       FakeCommunicator cpu(m), cpu2(m);
       CudaFakeCommunicator gpu(m);
@@ -747,8 +747,8 @@ const std::vector<PlanCase> kPlans{
     {"dp=2,ep=2", "dp+ep", GatherDtype::bf16, true, {ReduceOrder::ascending, ReduceDtype::fp32}},
 };
 
-LayerConfig layer_config(const PlanCase& p, std::uint64_t seed, Promotion promo, bool ragged) {
-  LayerConfig c;
+CaseSpec layer_config(const PlanCase& p, std::uint64_t seed, Promotion promo, bool ragged) {
+  CaseSpec c;
   c.seed = seed;
   c.mesh = p.mesh;
   c.plan = p.plan;
@@ -798,7 +798,7 @@ TEST_CASE("fake-gpu: layer plans on cuda-simt equal the reference backend on the
       CAPTURE(std::string(promotion_name(promo)));
       CAPTURE(ragged);
       CAPTURE(seed);
-      LayerConfig c = layer_config(p, seed, promo, ragged);
+      CaseSpec c = layer_config(p, seed, promo, ragged);
       const Mesh m = Mesh::parse(c.mesh);
       FakeCommunicator cpu(m), cpu2(m);
       CudaFakeCommunicator gpu(m);

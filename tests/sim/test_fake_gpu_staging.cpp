@@ -134,7 +134,7 @@ TEST_CASE("fake-gpu staging: every layer plan's largest collective is within the
   std::uint64_t salt = 900;
   for (const PlanCase& p : kPlans) {
     for (const Dims& d : kDims) {
-      LayerConfig c;
+      CaseSpec c;
       c.seed = test::seed_for(salt++);
       c.mesh = p.mesh;
       c.plan = p.plan;
@@ -188,12 +188,12 @@ TEST_CASE("fake-gpu staging: op scenarios, direct and redistributed, within the 
   std::uint64_t salt = 950;
   for (const OpCase& c : kOps) {
     const Mesh m = Mesh::parse(c.mesh);
-    OpScenario sc;
+    CaseSpec sc;
     sc.mesh = c.mesh;
     sc.pass = c.pass;
     sc.lhs = parse_placements(c.lhs, m.ndim());
     sc.rhs = parse_placements(c.rhs, m.ndim());
-    sc.shape = c.shape;
+    sc.set_op_shape(c.shape);
     sc.offs = c.offs;
     sc.seed = test::seed_for(salt++);
     sc.gemm.mode = Mode::promote_fp32;

@@ -15,8 +15,8 @@ using namespace fp8moe::sim;
 
 namespace {
 
-LayerConfig base_config(std::uint64_t seed) {
-  LayerConfig c;
+CaseSpec base_config(std::uint64_t seed) {
+  CaseSpec c;
   c.seed = seed;
   c.experts = 2;
   c.dim = 256;
@@ -77,7 +77,7 @@ TEST_CASE("layer plans: EP and FSDP2 (bf16 all-gather) forward is bitwise the si
     };
     // E=3 over ep=2 is uneven (2 + 1 experts); E=2 over ep=4 leaves two ranks with no expert.
     for (Case k : {Case{"ep=2", "ep", 3}, Case{"ep=4", "ep", 2}, Case{"dp=2", "fsdp", 3}}) {
-      LayerConfig c = base_config(seed);
+      CaseSpec c = base_config(seed);
       c.mesh = k.mesh;
       c.plan = k.plan;
       c.experts = k.experts;
@@ -107,7 +107,7 @@ TEST_CASE("layer plans: EP and FSDP2 (bf16 all-gather) forward is bitwise the si
 TEST_CASE("layer plans: a misaligned TP shard (H=384 over tp=2) is flagged and meets the TP floors") {
   const std::uint64_t seed = test::seed_for(302);
   CAPTURE(seed);
-  LayerConfig c = base_config(seed);
+  CaseSpec c = base_config(seed);
   c.mesh = "tp=2";
   c.plan = "tp";
   c.hidden = 384;
@@ -149,17 +149,17 @@ TEST_CASE("layer plans: torchao's module cases meet their floors (SPEC.md 9.1)")
   for (Mode mode : {Mode::torchao_emulated, Mode::promote_fp32}) {
     for (bool ragged : {false, true}) {
       const std::vector<std::int32_t> local = ragged ? std::vector<std::int32_t>{129, 256} : std::vector<std::int32_t>{128, 256};
-      LayerConfig one = base_config(seed);  // tp: tokens replicated, 256 of them
+      CaseSpec one = base_config(seed);  // tp: tokens replicated, 256 of them
       one.offs = local;
       one.gemm.pad = ragged;
       one.gemm.mode = mode;
       one.lr = 1e-2f;
-      LayerConfig two = one;                // dp=2: two ranks' batches
+      CaseSpec two = one;                // dp=2: two ranks' batches
       two.tokens = 512;
       two.offs = {2 * local[0], 2 * local[1]};
       const LayerOutputs s1 = single_device_layer(one, mode), b1 = single_device_layer(one, Mode::bf16);
       const LayerOutputs s2 = single_device_layer(two, mode), b2 = single_device_layer(two, Mode::bf16);
-      LayerConfig ddp = two;
+      CaseSpec ddp = two;
       ddp.mesh = "dp=2";
       ddp.plan = "dp";
       const LayerOutputs torchao_ref = run_layer_plan(ddp).out;
@@ -171,7 +171,7 @@ TEST_CASE("layer plans: torchao's module cases meet their floors (SPEC.md 9.1)")
       };
       for (Plan p : {Plan{"tp=2", "tp", 23, 20}, Plan{"dp=2", "fsdp", 35, 30}, Plan{"dp=2,tp=2", "fsdp+tp", 23, 20}}) {
         const bool is_tp = std::string(p.plan) == "tp", is_fsdp = std::string(p.plan) == "fsdp";
-        LayerConfig c = is_tp ? one : two;
+        CaseSpec c = is_tp ? one : two;
         c.mesh = p.mesh;
         c.plan = p.plan;
         const LayerRun run = run_layer_plan(c);
@@ -214,7 +214,7 @@ TEST_CASE("layer plans: fp32 and bf16 gradient reduce dtypes both run and differ
   CAPTURE(seed);
   // dp=4 (two bf16 partials sum exactly in either dtype; the third is where bf16 rounds), and
   // 128 tokens per rank and expert so the wgrad blocks stay those of the single device.
-  LayerConfig c = base_config(seed);
+  CaseSpec c = base_config(seed);
   c.mesh = "dp=4";
   c.plan = "fsdp";
   c.tokens = 1024;
@@ -247,7 +247,7 @@ TEST_CASE("layer plans: fp32 and bf16 gradient reduce dtypes both run and differ
 TEST_CASE("layer plans: fp8 all-gather, fp8 dispatch and dp+ep") {
   const std::uint64_t seed = test::seed_for(305);
   CAPTURE(seed);
-  LayerConfig c = base_config(seed);
+  CaseSpec c = base_config(seed);
   c.experts = 4;
   c.tokens = 512;
   c.offs = {128, 256, 384, 512};
@@ -264,7 +264,7 @@ TEST_CASE("layer plans: fp8 all-gather, fp8 dispatch and dp+ep") {
     CHECK(r.report.comm_bytes_max_rank < run_layer_plan(c).report.comm_bytes_max_rank);
     c.fsdp_gather = GatherDtype::fp8;
     // One expert over dp=2: rank 1 holds no parameter shard and still takes part.
-    LayerConfig lone = c;
+    CaseSpec lone = c;
     lone.experts = 1;
     lone.offs = {512};
     CHECK(bitwise(run_layer_plan(lone).out.y, single_device_layer(lone, lone.gemm.mode).y));

@@ -6,7 +6,7 @@
 
 #include "reference/formats.hpp"
 #include "sim/comm/fake_communicator.hpp"
-#include "sim/mesh/dtensor.hpp"
+#include "sim/dtensor/dtensor.hpp"
 #include "support/test_support.hpp"
 
 using namespace fp8moe;

@@ -21,15 +21,15 @@ using fp8moe::test::seed_for;
 // Op floors vs the reference (SPEC.md 9.1), held here against hp64.
 double floor_db(Pass p) { return p == Pass::fwd ? 27.0 : 26.0; }
 
-OpScenario scenario(const char* mesh, Pass p, const char* lhs, const char* rhs, OpShape shape,
+CaseSpec scenario(const char* mesh, Pass p, const char* lhs, const char* rhs, OpShape shape,
                     std::vector<std::int32_t> offs, std::uint64_t seed, Mode mode = Mode::promote_fp32) {
-  OpScenario sc;
+  CaseSpec sc;
   sc.mesh = mesh;
   sc.pass = p;
   const Mesh m = Mesh::parse(mesh);
   sc.lhs = parse_placements(lhs, m.ndim());
   sc.rhs = parse_placements(rhs, m.ndim());
-  sc.shape = shape;
+  sc.set_op_shape(shape);
   sc.offs = std::move(offs);
   sc.seed = seed;
   sc.gemm.mode = mode;
@@ -100,7 +100,7 @@ TEST_CASE("fwd with W sharded on N (N/tp a multiple of 128) is bitwise single de
         CAPTURE(std::string(mesh));
         CAPTURE(mode_label(g.mode, g.promotion));
         CAPTURE(seed);
-        OpScenario sc = c == 0 ? scenario(mesh, Pass::fwd, "R", "S(1)", kE2, kOffs2, seed, g.mode)
+        CaseSpec sc = c == 0 ? scenario(mesh, Pass::fwd, "R", "S(1)", kE2, kOffs2, seed, g.mode)
                                : scenario(mesh, Pass::fwd, "R", "S(1)", kE3, kOffs3, seed, g.mode);
         sc.gemm.promotion = g.promotion;
         const OpRun run = run_op(sc, *backend);
@@ -110,7 +110,7 @@ TEST_CASE("fwd with W sharded on N (N/tp a multiple of 128) is bitwise single de
         CHECK(run.report.misaligned.empty());
         CHECK(run.report.partial_sums.empty());
         const int tp = Mesh::parse(mesh).world();
-        const std::int64_t nl = sc.shape.N / tp;
+        const std::int64_t nl = sc.op_shape().N / tp;
         for (int r = 0; r < tp; ++r) CHECK(run.local_box[static_cast<std::size_t>(r)][1] == Range{r * nl, (r + 1) * nl});
         check_bitwise_sharded(run, tp);
         CHECK(run.report.tensors[0].vs_hp64.sqnr_db >= floor_db(Pass::fwd));
@@ -206,7 +206,7 @@ TEST_CASE("dgrad with the contraction sharded: local partials bitwise, reduced >
       CAPTURE(std::string(reduce_order_name(reduce.order)));
       CAPTURE(std::string(reduce_dtype_name(reduce.dtype)));
       CAPTURE(seed);
-      OpScenario sc = scenario(mesh, Pass::dgrad, "S(1)", "S(1)", kE3, kOffs3, seed);
+      CaseSpec sc = scenario(mesh, Pass::dgrad, "S(1)", "S(1)", kE3, kOffs3, seed);
       sc.reduce = reduce;
       const OpRun run = run_op(sc, *backend);
       REQUIRE(run.decision.verdict == Verdict::direct);
@@ -316,12 +316,12 @@ TEST_CASE("every enumerated placement runs and meets the floors vs hp64") {
         CAPTURE(str(c.lhs));
         CAPTURE(str(c.rhs));
         CAPTURE(seed);
-        OpScenario sc;
+        CaseSpec sc;
         sc.mesh = mesh;
         sc.pass = p;
         sc.lhs = c.lhs;
         sc.rhs = c.rhs;
-        sc.shape = s;
+        sc.set_op_shape(s);
         sc.offs = offs;
         sc.seed = seed;
         const OpRun run = run_op(sc, *backend);

@@ -1,4 +1,4 @@
-#include "sim/mesh/dtensor.hpp"
+#include "sim/dtensor/dtensor.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -58,6 +58,114 @@ std::int64_t volume(const std::vector<Range>& box) {
   return v;
 }
 
+// step()'s cases on one group of mesh-dim members: `in` and `out` are the members' boxes before
+// and after. A member another process holds (a real mesh) takes part in the collectives only.
+struct GroupStep {
+  const DTensor& t;
+  DTensor& out;
+  const Group& g;
+  int md;
+  const Placement& to;
+  Communicator& comm;
+  const ReduceOptions& opt;
+  std::vector<std::vector<Range>> in, out_box;
+};
+
+// Partial -> Shard: a reduce-scatter along tensor dim to.dim. Each partial is laid out chunk by
+// chunk so member j's chunk is contiguous; segment j is reduced onto member j.
+void reduce_scatter_group(GroupStep& s, const std::vector<TensorF>& summed) {
+  const std::size_t n = s.g.size();
+  std::vector<TensorF> laid(n), mine(n);
+  std::vector<std::int64_t> counts(n);
+  for (std::size_t j = 0; j < n; ++j) counts[j] = volume(s.out_box[j]);
+  std::vector<ConstFloats> send;
+  std::vector<Floats> recv;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!s.comm.is_local(s.g[i])) {
+      send.emplace_back();
+      recv.emplace_back();
+      continue;
+    }
+    laid[i] = TensorF({volume(s.in[i])});
+    std::int64_t off = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      TensorF piece(box_shape(s.out_box[j]));
+      copy_box(summed[i], s.in[i], piece, s.out_box[j], s.out_box[j]);
+      std::copy(piece.data.begin(), piece.data.end(), laid[i].data.begin() + off);
+      off += counts[j];
+    }
+    send.emplace_back(laid[i].data);
+    mine[i] = TensorF(box_shape(s.out_box[i]));
+    recv.emplace_back(mine[i].data);
+  }
+  s.comm.reduce_scatter(s.g, send, recv, counts, s.opt);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.comm.is_local(s.g[i])) s.out.at(s.g[i]) = std::move(mine[i]);
+  }
+}
+
+// Partial -> Replicate or Shard: reduce the members' (equal-box) partials; each keeps the part of
+// the sum in its new box.
+void reduce_group(GroupStep& s) {
+  const std::size_t n = s.g.size();
+  std::vector<TensorF> summed(n);
+  std::vector<Floats> io;
+  for (std::size_t i = 0; i < n; ++i) {
+    summed[i] = s.t.at(s.g[i]);
+    io.emplace_back(summed[i].data);
+  }
+  if (s.to.is_shard()) return reduce_scatter_group(s, summed);
+  s.comm.all_reduce(s.g, io, s.opt);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.comm.is_local(s.g[i])) s.out.at(s.g[i]) = std::move(summed[i]);
+  }
+}
+
+// Shard -> anything else: all_gather the members' shards, then each keeps its new box (a local
+// chunk for Shard; coordinate 0 the values for Partial).
+void gather_group(GroupStep& s) {
+  const std::size_t n = s.g.size();
+  std::vector<ConstBytes> send;
+  std::vector<std::vector<std::byte>> recv_store(n);
+  std::vector<Bytes> recv;
+  // Sizes from the boxes: on a real mesh the other members' shards are not here.
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    send.push_back(std::as_bytes(std::span<const float>(s.t.at(s.g[i]).data)));
+    total += static_cast<std::size_t>(volume(s.in[i])) * sizeof(float);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.comm.is_local(s.g[i])) recv_store[i].resize(total);
+    recv.emplace_back(recv_store[i]);
+  }
+  s.comm.all_gather(s.g, send, recv);
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!s.comm.is_local(s.g[j])) continue;
+    TensorF mine(box_shape(s.out_box[j]));
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      TensorF piece(box_shape(s.in[i]));
+      // Guarded: an empty piece's vector has a null data(), which memcpy may not take (UBSan).
+      if (piece.numel() > 0) std::memcpy(piece.data.data(), recv_store[j].data() + off, piece.numel() * sizeof(float));
+      off += piece.numel() * sizeof(float);
+      copy_box(piece, s.in[i], mine, s.out_box[j], intersect(s.in[i], s.out_box[j]));
+    }
+    if (s.to.is_partial() && s.comm.mesh().coord(s.g[j], s.md) != 0) std::fill(mine.data.begin(), mine.data.end(), 0.0f);
+    s.out.at(s.g[j]) = std::move(mine);
+  }
+}
+
+// Replicate -> Shard: the local chunk; Replicate -> Partial: coordinate 0 keeps the values.
+void local_group(GroupStep& s) {
+  for (std::size_t j = 0; j < s.g.size(); ++j) {
+    if (!s.comm.is_local(s.g[j])) continue;
+    TensorF mine(box_shape(s.out_box[j]));
+    copy_box(s.t.at(s.g[j]), s.in[j], mine, s.out_box[j], s.out_box[j]);
+    if (s.to.is_partial() && s.comm.mesh().coord(s.g[j], s.md) != 0) std::fill(mine.data.begin(), mine.data.end(), 0.0f);
+    s.out.at(s.g[j]) = std::move(mine);
+  }
+}
+
 // One mesh dim changes placement; every other dim keeps its own.
 DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, const ReduceOptions& opt) {
   const Mesh& mesh = comm.mesh();
@@ -68,98 +176,17 @@ DTensor step(const DTensor& t, int md, const Placement& to, Communicator& comm, 
   out.local.resize(static_cast<std::size_t>(mesh.world()));
   const Placement from = t.placements[static_cast<std::size_t>(md)];
   for (const Group& g : mesh.groups(md)) {
-    std::vector<std::vector<Range>> in_box, out_box;
+    GroupStep s{t, out, g, md, to, comm, opt, {}, {}};
     for (int r : g) {
-      in_box.push_back(local_box(t.shape, t.placements, mesh, r));
-      out_box.push_back(local_box(out.shape, out.placements, mesh, r));
+      s.in.push_back(local_box(t.shape, t.placements, mesh, r));
+      s.out_box.push_back(local_box(out.shape, out.placements, mesh, r));
     }
-    const std::size_t n = g.size();
     if (from.is_partial()) {
-      // Reduce the members' (equal-box) partials; each keeps the part of the sum in its new box.
-      std::vector<TensorF> summed(n);
-      std::vector<Floats> io;
-      for (std::size_t i = 0; i < n; ++i) {
-        summed[i] = t.at(g[i]);
-        io.emplace_back(summed[i].data);
-      }
-      if (!to.is_shard()) {
-        comm.all_reduce(g, io, opt);
-      } else {
-        // reduce-scatter along tensor dim to.dim: lay each partial out chunk by chunk so member j's
-        // chunk is contiguous, then reduce segment j onto member j.
-        std::vector<TensorF> laid(n), mine(n);
-        std::vector<std::int64_t> counts(n);
-        for (std::size_t j = 0; j < n; ++j) counts[j] = volume(out_box[j]);
-        std::vector<ConstFloats> send;
-        std::vector<Floats> recv;
-        for (std::size_t i = 0; i < n; ++i) {
-          if (!comm.is_local(g[i])) {  // a real mesh: another process holds this member
-            send.emplace_back();
-            recv.emplace_back();
-            continue;
-          }
-          laid[i] = TensorF({volume(in_box[i])});
-          std::int64_t off = 0;
-          for (std::size_t j = 0; j < n; ++j) {
-            TensorF piece(box_shape(out_box[j]));
-            copy_box(summed[i], in_box[i], piece, out_box[j], out_box[j]);
-            std::copy(piece.data.begin(), piece.data.end(), laid[i].data.begin() + off);
-            off += counts[j];
-          }
-          send.emplace_back(laid[i].data);
-          mine[i] = TensorF(box_shape(out_box[i]));
-          recv.emplace_back(mine[i].data);
-        }
-        comm.reduce_scatter(g, send, recv, counts, opt);
-        for (std::size_t i = 0; i < n; ++i) {
-          if (comm.is_local(g[i])) out.at(g[i]) = std::move(mine[i]);
-        }
-        continue;
-      }
-      for (std::size_t i = 0; i < n; ++i) {
-        if (comm.is_local(g[i])) out.at(g[i]) = std::move(summed[i]);
-      }
-      continue;
-    }
-    if (from.is_shard() && !(to == from)) {
-      // all_gather the members' shards, then each keeps its new box (a local chunk for Shard).
-      std::vector<ConstBytes> send;
-      std::vector<std::vector<std::byte>> recv_store(n);
-      std::vector<Bytes> recv;
-      // Sizes from the boxes: on a real mesh the other members' shards are not here.
-      std::size_t total = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        send.push_back(std::as_bytes(std::span<const float>(t.at(g[i]).data)));
-        total += static_cast<std::size_t>(volume(in_box[i])) * sizeof(float);
-      }
-      for (std::size_t i = 0; i < n; ++i) {
-        if (comm.is_local(g[i])) recv_store[i].resize(total);
-        recv.emplace_back(recv_store[i]);
-      }
-      comm.all_gather(g, send, recv);
-      for (std::size_t j = 0; j < n; ++j) {
-        if (!comm.is_local(g[j])) continue;
-        TensorF mine(box_shape(out_box[j]));
-        std::size_t off = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-          TensorF piece(box_shape(in_box[i]));
-          // Guarded: an empty piece's vector has a null data(), which memcpy may not take (UBSan).
-          if (piece.numel() > 0) std::memcpy(piece.data.data(), recv_store[j].data() + off, piece.numel() * sizeof(float));
-          off += piece.numel() * sizeof(float);
-          copy_box(piece, in_box[i], mine, out_box[j], intersect(in_box[i], out_box[j]));
-        }
-        if (to.is_partial() && mesh.coord(g[j], md) != 0) std::fill(mine.data.begin(), mine.data.end(), 0.0f);
-        out.at(g[j]) = std::move(mine);
-      }
-      continue;
-    }
-    // Replicate -> Shard: local chunk; Replicate -> Partial: coordinate 0 keeps the values.
-    for (std::size_t j = 0; j < n; ++j) {
-      if (!comm.is_local(g[j])) continue;
-      TensorF mine(box_shape(out_box[j]));
-      copy_box(t.at(g[j]), in_box[j], mine, out_box[j], out_box[j]);
-      if (to.is_partial() && mesh.coord(g[j], md) != 0) std::fill(mine.data.begin(), mine.data.end(), 0.0f);
-      out.at(g[j]) = std::move(mine);
+      reduce_group(s);
+    } else if (from.is_shard() && !(to == from)) {
+      gather_group(s);
+    } else {
+      local_group(s);
     }
   }
   return out;
