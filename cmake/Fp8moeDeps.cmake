@@ -7,6 +7,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 set(Boost_USE_STATIC_LIBS ON)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(doctest REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # header-only: machine-readable output (fp8moe check --format json)
 
 # CUDA is optional: the project configures, builds and tests without it.
 set(FP8MOE_HAVE_CUDA OFF)

@@ -39,6 +39,7 @@ namespace fp8moe::scenarios {
   X(k,             list,  "256",                 op)               \
   X(dim,           list,  "256",                 layer)            \
   X(hidden,        list,  "256",                 layer)            \
+  X(inputs,        tuple, "none",                both)             \
   X(routing,       list,  "balanced",            both)             \
   X(empty_experts, tuple, "none",                both)             \
   X(dist,          list,  "normal",              both)             \

@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libeigen3-dev libboost-program-options-dev libhdf5-dev libfmt-dev doctest-dev
+  libeigen3-dev libboost-program-options-dev libhdf5-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-dev libomp-dev
   python3 python3-h5py python3-numpy

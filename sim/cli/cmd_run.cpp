@@ -5,7 +5,11 @@
 // the same values would run. `--list` enumerates what the mesh admits.
 #include <fmt/core.h>
 
+#include <optional>
+
 #include "reference/error.hpp"
+#include "results/h5.hpp"
+#include "results/output_file.hpp"
 #include "scenarios/keys.hpp"
 #include "sim/backend/backend.hpp"
 #include "sim/cli/command.hpp"
@@ -15,6 +19,7 @@
 #include "sim/runner/op_runner.hpp"
 #include "sim/runner/print_report.hpp"
 #include "sim/sweep/expand.hpp"
+#include "sim/sweep/inputs.hpp"
 
 namespace fp8moe::cli {
 namespace {
@@ -67,6 +72,8 @@ const KeyFlag kRunFlags[] = {
     {"dim", Key::dim, "layer level: model dim D"},
     {"hidden", Key::hidden, "layer level: expert hidden H"},
     {"offs", Key::offs, "cumulative token offsets, e.g. 128,256 (fix experts and tokens; default: the routing)"},
+    {"inputs", Key::inputs, "run on your tensors: FILE.h5[:GROUP] (op: A, W, grad_out; layer: x, w1, w3, w2, grad_y; "
+                            "offs); shapes and offsets come from the file"},
     {"routing", Key::routing, "uniform, balanced or zipf:S"},
     {"empty-experts", Key::empty_experts, "experts that receive no tokens, e.g. 0,3"},
     {"dist", Key::dist, "normal, uniform, student-t or outliers"},
@@ -113,6 +120,94 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
   return out;
 }
 
+// The mode as a group name: its label with ':' for '/' (an HDF5 path separator), as gemm --save.
+std::string mode_group(const scenarios::Case& c) {
+  std::string g = c.mode_label();
+  for (char& ch : g) ch = ch == '/' ? ':' : ch;
+  return g;
+}
+
+// A result as float32 (bf16 and fp32 values are exact in it) or, for hp64, float64.
+void write_result(h5::Group& g, const std::string& name, const TensorD& t, bool fp64) {
+  if (fp64) {
+    (void)g.write(name, t);
+    return;
+  }
+  (void)g.write(name, to_float(t));
+}
+
+void write_result(h5::Group& g, const std::string& name, const TensorF& t, bool) { (void)g.write(name, t); }
+
+void write_offs(h5::Group& g, const std::vector<std::int32_t>& offs) {
+  Tensor<std::int32_t> o({static_cast<std::int64_t>(offs.size())});
+  o.data = offs;
+  (void)g.write("offs", o);
+  g.set_attr("offs", offs);
+}
+
+// --save: the inputs under the names --inputs reads, then a group named after the mode holding
+// the assembled global results (op: out, grad_A or grad_W; layer: y, dx, dw1, dw2, dw3, w*_new)
+// and, at op level, each rank's local result under ranks/<r>/ with its box in the global output;
+// attributes name the case. Built in PATH.tmp and published whole.
+struct RunSave {
+  const scenarios::Case& c;
+  results::OutputFile& out;
+
+  h5::File begin() const {
+    h5::File f = h5::File::create(out.tmp());
+    for (const auto& [k, v] : std::vector<std::pair<const char*, std::string>>{
+             {"tool", "fp8moe run"}, {"version", FP8MOE_VERSION}, {"level", c.level}, {"mesh", c.mesh},
+             {"placements", c.placements()}, {"plan", c.level == "op" ? c.op_verdict : c.plan}, {"mode", c.mode_label()},
+             {"reduce_dtype", reduce_dtype_name(c.reduce.dtype)}, {"reduce_order", reduce_order_name(c.reduce.order)},
+             {"case_key", c.key()}, {"inputs", c.inputs.empty() ? "generated" : c.inputs}}) {
+      f.set_attr(k, v);
+    }
+    write_offs(f, c.offs);
+    return f;
+  }
+
+  void finish(h5::File& f) const {
+    f.set_attr("status", "complete");  // written last (reference/SPEC.md 14.1)
+    f.close();
+    out.publish();
+  }
+
+  void op(const OpRun& run) const {
+    h5::File f = begin();
+    const Pass p = c.pass;
+    (void)f.write(p == Pass::fwd ? "A" : "grad_out", run.lhs);
+    (void)f.write(p == Pass::wgrad ? "A" : "W", run.rhs);
+    h5::Group g = f.create_group(mode_group(c));
+    const bool fp64 = c.gemm.mode == Mode::hp64;
+    write_result(g, out_name(p), run.out, fp64);
+    h5::Group ranks = g.create_group("ranks");
+    for (std::size_t r = 0; r < run.local.size(); ++r) {
+      if (run.local[r].rank() == 0 && run.local_box[r].empty()) continue;
+      h5::Group rg = ranks.create_group(std::to_string(r));
+      write_result(rg, out_name(p), run.local[r], fp64);
+      std::vector<std::int32_t> begin, end;
+      for (const Range& x : run.local_box[r]) {
+        begin.push_back(static_cast<std::int32_t>(x.begin));
+        end.push_back(static_cast<std::int32_t>(x.end));
+      }
+      rg.set_attr("box_begin", begin);
+      rg.set_attr("box_end", end);
+    }
+    finish(f);
+  }
+
+  void layer(const LayerRun& run, const LayerInputs& in) const {
+    h5::File f = begin();
+    for (const auto& [name, t] : {std::pair{"x", &in.x}, std::pair{"w1", &in.W1}, std::pair{"w3", &in.W3},
+                                  std::pair{"w2", &in.W2}, std::pair{"grad_y", &in.dy}}) {
+      (void)f.write(name, *t);
+    }
+    h5::Group g = f.create_group(mode_group(c));
+    for (const auto& [name, t] : named_outputs(run.out)) write_result(g, name, *t, false);
+    finish(f);
+  }
+};
+
 }  // namespace
 
 int cmd_run(const Args& args) {
@@ -125,6 +220,9 @@ int cmd_run(const Args& args) {
   }
   desc.add_options()("pow2-scales", po::bool_switch(), "power-of-two scales")(
       "fp8-dispatch", po::bool_switch(), "layer level: EP all-to-all in fp8 with 1x128 scales")(
+      "allow-nonfinite", po::bool_switch(), "propagate NaN/Inf in --inputs instead of refusing them")(
+      "save", po::value<std::string>(), "write the inputs and the results (global, and each rank's at op level) to FILE.h5")(
+      "force", po::bool_switch(), "overwrite an existing --save file (never the --inputs file)")(
       "threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)");
   po::variables_map vm;
   if (!parse(args, desc, vm,
@@ -143,15 +241,31 @@ int cmd_run(const Args& args) {
          " (a list of values, a seed range or a mode naming both promotion families): give one value per flag, or use "
          "fp8moe sweep");
   }
-  const scenarios::Case& c = ex.cases.front();
+  scenarios::Case c = ex.cases.front();
   if (list) return list_scenarios(c);
   if (!c.rejected.empty()) fail("this ", c.level, " case cannot run: ", c.rejected);
+  if (!c.inputs.empty()) c.given = load_inputs(c.inputs, c.level, vm["allow-nonfinite"].as<bool>());
+  // --save is checked and locked before the run: a bad path fails at once, not after it.
+  std::optional<results::OutputFile> save;
+  if (vm.count("save")) {
+    results::OutputRequest req;
+    req.path = vm["save"].as<std::string>();
+    req.flag = "--save";
+    req.force = vm["force"].as<bool>();
+    if (!c.inputs.empty()) req.inputs.push_back(inputs_file(c.inputs));
+    save.emplace(req);
+  }
   auto backend = make_backend(c.backend);
   if (c.level == "op") {
-    fmt::print("{}", format_report(run_op(c, *backend).report));
+    const OpRun run = run_op(c, *backend);
+    fmt::print("{}", format_report(run.report));
+    if (save) RunSave{c, *save}.op(run);
   } else {
-    fmt::print("{}", format_report(run_layer(c)));
+    LayerRun run;
+    fmt::print("{}", format_report(run_layer(c, save ? &run : nullptr)));
+    if (save) RunSave{c, *save}.layer(run, layer_inputs(c));
   }
+  if (save) fmt::print("# saved inputs and results to {}\n", vm["save"].as<std::string>());
   return 0;
 }
 

@@ -19,6 +19,7 @@ int cmd_bench_cpu(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_info(const Args& args);
 int cmd_run(const Args& args);
+int cmd_check(const Args& args);
 int cmd_sweep(const Args& args);
 int cmd_list(const Args& args);
 int cmd_report(const Args& args);

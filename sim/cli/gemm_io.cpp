@@ -10,94 +10,17 @@
 #include "reference/error.hpp"
 #include "reference/groups.hpp"
 #include "results/h5.hpp"
+#include "sim/sweep/inputs.hpp"
 
 namespace fp8moe::cli {
 
-namespace {
-
-struct Spec {
-  std::string path;
-  std::string group;  // empty: the root group
-};
-
-// "FILE.h5" or "FILE.h5:GROUP". Group labels may contain ':' themselves ("promote-fp32:cublas"),
-// so the file is the shortest prefix before a ':' that exists as a file.
-Spec split_spec(const std::string& spec) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(spec, ec)) return {spec, ""};
-  for (std::size_t pos = spec.find(':'); pos != std::string::npos; pos = spec.find(':', pos + 1)) {
-    if (std::filesystem::is_regular_file(spec.substr(0, pos), ec)) return {spec.substr(0, pos), spec.substr(pos + 1)};
-  }
-  // Nothing exists: let File::open report the part before the first ':' as the missing file.
-  const std::size_t pos = spec.find(':');
-  return pos == std::string::npos ? Spec{spec, ""} : Spec{spec.substr(0, pos), spec.substr(pos + 1)};
-}
-
-// Reads `name` as float32 after checking its rank, so a wrong file fails before a large read.
-TensorF read_checked(const h5::Group& g, const std::string& where, const char* name, int rank, const char* dims) {
-  const auto shape = g.shape(name);
-  if (static_cast<int>(shape.size()) != rank) {
-    fail(where, ": dataset '", name, "' must be ", rank, "-D ", dims, ", got shape ", shape_str(shape));
-  }
-  return g.read_f32(name);
-}
-
-std::vector<std::int32_t> read_offsets(const h5::Group& g, const std::string& where) {
-  std::optional<std::vector<std::int32_t>> from_dataset;
-  if (g.is_dataset("offs")) {
-    const Tensor<std::int32_t> t = g.read_i32("offs");
-    if (t.rank() != 1) fail(where, ": dataset 'offs' must be 1-D (E), got shape ", shape_str(t.shape));
-    from_dataset = t.data;
-  }
-  const auto from_attr = g.attr_i32_vector("offs");
-  if (from_dataset && from_attr && *from_dataset != *from_attr) {
-    fail(where, ": the dataset 'offs' and the attribute 'offs' disagree: remove one of them");
-  }
-  if (from_dataset) return *from_dataset;
-  if (from_attr) return *from_attr;
-  fail(where, ": no token offsets: give int32 cumulative end offsets (E) as a dataset 'offs' or as an attribute "
-       "'offs' of the group");
-}
-
-}  // namespace
-
-std::string inputs_file(const std::string& spec) { return split_spec(spec).path; }
+std::string inputs_file(const std::string& spec) { return sim::inputs_file(spec); }
 
 GemmData load_gemm_inputs(const std::string& spec) {
-  const Spec s = split_spec(spec);
-  const h5::File file = h5::File::open(s.path, false);
-  std::optional<h5::Group> sub;
-  if (!s.group.empty()) sub = file.open_group(s.group);
-  const h5::Group& g = sub ? *sub : static_cast<const h5::Group&>(file);
-  const std::string where = "'" + spec + "'";
-
-  GemmData d;
-  d.A = read_checked(g, where, "A", 2, "(M,K)");
-  d.W = read_checked(g, where, "W", 3, "(E,N,K)");
-  const std::int64_t M = d.A.dim(0), K = d.A.dim(1), E = d.W.dim(0), N = d.W.dim(1);
-  if (d.W.dim(2) != K) {
-    fail(where, ": A is (M,K) = ", shape_str(d.A.shape), " but W is (E,N,K) = ", shape_str(d.W.shape),
-         ": their K differ (", K, " vs ", d.W.dim(2), ")");
-  }
-  // grad_out is optional: the caller generates one when the file has none (rank 0 marks it).
-  if (g.exists("grad_out")) {
-    d.grad_out = read_checked(g, where, "grad_out", 2, "(M,N)");
-    if (d.grad_out.dim(0) != M || d.grad_out.dim(1) != N) {
-      fail(where, ": grad_out must be (M,N) = ", shape_str({M, N}), " (M from A ", shape_str(d.A.shape),
-           ", N from W ", shape_str(d.W.shape), "), got ", shape_str(d.grad_out.shape));
-    }
-  }
-  d.offs = read_offsets(g, where);
-  if (static_cast<std::int64_t>(d.offs.size()) != E) {
-    fail(where, ": offs has ", d.offs.size(), " entries but W ", shape_str(d.W.shape), " has E = ", E,
-         " experts: give one cumulative end offset per expert");
-  }
-  try {
-    check_offsets(d.offs, M);
-  } catch (const Error& e) {
-    fail(where, ": ", e.what());
-  }
-  return d;
+  // The op-level layout every command reads (sim/sweep/inputs.hpp); gemm counts non-finite values
+  // itself (--allow-nonfinite warns instead of refusing).
+  const auto t = sim::load_inputs(spec, "op", /*allow_nonfinite=*/true);
+  return GemmData{t->A, t->W, t->grad_out, t->offs};
 }
 
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // HDF5 input and output of `fp8moe gemm` (--inputs / --save). A file written by PyTorch with
-// h5py and one written by fp8moe read the same way:
+// h5py and one written by fp8moe read the same way, the op-level layout of sim/sweep/inputs.hpp:
 //   root (or GROUP): float32 datasets A (M,K), W (E,N,K), grad_out (M,N); int32 offs (E) as a
 //   dataset or as an attribute of the group. bf16 stored as uint16 with attribute
 //   dtype="bfloat16" and float16 are accepted too.

@@ -36,6 +36,19 @@ LayerInputs layer_inputs(const CaseSpec& cfg) {
   in.offs = cfg.offs.empty() ? make_offsets(M, static_cast<int>(E), cfg.routing, cfg.seed) : cfg.offs;
   if (static_cast<I64>(in.offs.size()) != E) fail("offs has ", in.offs.size(), " entries for ", E, " experts");
   if (in.offs.back() != M) fail("offs end at ", in.offs.back(), " but the layer has ", M, " tokens");
+  if (const GivenTensors* g = cfg.given.get()) {
+    // The user's tensors (the scenario key `inputs`), as given: weights are not rescaled.
+    const auto need = [&](const TensorF& t, std::vector<I64> shape, const char* name) {
+      if (t.shape != shape) fail("layer: the given ", name, " is ", shape_str(t.shape), " but the case needs ", shape_str(shape));
+      return t;
+    };
+    in.x = need(g->x, {M, D}, "x");
+    in.dy = g->grad_y.rank() != 0 ? need(g->grad_y, {M, D}, "grad_y") : generate({M, D}, cfg.dist, cfg.seed, kTensorGradOut);
+    in.W1 = need(g->w1, {E, H, D}, "w1");
+    in.W3 = need(g->w3, {E, H, D}, "w3");
+    in.W2 = need(g->w2, {E, D, H}, "w2");
+    return in;
+  }
   in.x = generate({M, D}, cfg.dist, cfg.seed, kTensorA);
   in.dy = generate({M, D}, cfg.dist, cfg.seed, kTensorGradOut);
   auto weight = [&](std::vector<I64> shape, std::uint32_t id, I64 fan_in) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 
 #include "reference/error.hpp"
 #include "reference/formats.hpp"
@@ -198,7 +199,33 @@ TensorReport output_report(const CaseSpec& sc, const ShardingDecision& d, const 
   return t;
 }
 
+// A global input of the pass: the user's tensor (sc.given, the scenario key `inputs`) when there
+// is one, else generated from the seed under the tensor's id (of the user's tensors only grad_out
+// may be missing).
+TensorF op_input(const CaseSpec& sc, const TensorF* given, const std::vector<std::int64_t>& shape, std::uint32_t id,
+                 const char* name) {
+  if (!given || given->rank() == 0) {
+    if (sc.given && id != kTensorGradOut) fail("op scenario: the given inputs have no ", name, ", which ", pass_name(sc.pass), " reads");
+    return generate(shape, sc.dist, sc.seed, id);
+  }
+  if (given->shape != shape) {
+    fail("op scenario: the given ", name, " is ", shape_str(given->shape), " but the case needs ", shape_str(shape));
+  }
+  return *given;
+}
+
 }  // namespace
+
+std::pair<TensorF, TensorF> op_inputs(const CaseSpec& sc) {
+  const Pass p = sc.pass;
+  const OpShape s = sc.op_shape();
+  const GivenTensors* g = sc.given.get();
+  TensorF lhs = p == Pass::fwd ? op_input(sc, g ? &g->A : nullptr, lhs_shape(p, s), kTensorA, "A")
+                               : op_input(sc, g ? &g->grad_out : nullptr, lhs_shape(p, s), kTensorGradOut, "grad_out");
+  TensorF rhs = p == Pass::wgrad ? op_input(sc, g ? &g->A : nullptr, rhs_shape(p, s), kTensorA, "A")
+                                 : op_input(sc, g ? &g->W : nullptr, rhs_shape(p, s), kTensorW, "W");
+  return {std::move(lhs), std::move(rhs)};
+}
 
 OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
   const Mesh mesh = Mesh::parse(sc.mesh);
@@ -215,10 +242,9 @@ OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
   if (d.verdict == Verdict::reject) fail("op scenario ", pass_name(p), " ", plan, " on ", mesh.str(), ": ", d.reason);
   if (static_cast<std::int64_t>(sc.offs.size()) != s.E) fail("op scenario: offs has ", sc.offs.size(), " entries but E = ", s.E);
 
-  // Global inputs, the same numbers any rank would generate for its slice, and the single-device
-  // results of the same mode and of hp64.
-  run.lhs = generate(lhs_shape(p, s), sc.dist, sc.seed, p == Pass::fwd ? kTensorA : kTensorGradOut);
-  run.rhs = generate(rhs_shape(p, s), sc.dist, sc.seed, p == Pass::wgrad ? kTensorA : kTensorW);
+  // Global inputs (the user's, or the same numbers any rank would generate for its slice), and the
+  // single-device results of the same mode and of hp64.
+  std::tie(run.lhs, run.rhs) = op_inputs(sc);
   run.single = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, sc.gemm);
   GemmOptions hp = sc.gemm;
   hp.mode = Mode::hp64;

@@ -9,6 +9,7 @@
 // Inputs: fwd A (M,K) kTensorA, W (E,N,K) kTensorW; dgrad dOut (M,N) kTensorGradOut, W;
 // wgrad dOut, A. sim/ reaches reference/ compute only through the Backend.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "reference/datagen.hpp"
@@ -37,6 +38,10 @@ struct OpRun {
 // communicator (a FakeCommunicator holding every rank when none is given); with a real one this
 // process computes its own ranks' passes (`local` holds only those) and every rank gets `out`.
 OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* comm = nullptr);
+
+// The pass's global inputs (lhs, rhs): the user's (sc.given) or generated from the seed, as run_op
+// takes them.
+std::pair<TensorF, TensorF> op_inputs(const CaseSpec& sc);
 
 // One rank's (or the single device's) pass on its operands. In the quantized modes, a feature dim
 // the quantizer needs in whole blocks (fwd/dgrad: the lhs's dim 1, W's dims 1 and 2) that a

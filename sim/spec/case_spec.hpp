@@ -7,12 +7,14 @@
 // A vocabulary header: it depends on reference/ and on the placement values only, so every layer
 // of sim/ above the mesh can include it without pulling in communicators or plans.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "reference/datagen.hpp"
 #include "reference/gemm.hpp"
 #include "reference/reduce.hpp"
+#include "reference/tensor.hpp"
 #include "sim/mesh/placement.hpp"
 
 namespace fp8moe::sim {
@@ -26,6 +28,16 @@ GatherDtype parse_gather_dtype(const std::string& s);  // "bf16" | "fp8"
 // GEMM sizes of one op: E experts, M tokens, N output features of fwd, K its contracted dim.
 struct OpShape {
   std::int64_t E = 1, M = 0, N = 0, K = 0;
+};
+
+// A case's inputs when the user gives them (the scenario key `inputs`) instead of generating them
+// from the seed: global tensors in single-device layout. Op level A (M,K), W (E,N,K), grad_out
+// (M,N); layer level x (M,D), w1, w3 (E,H,D), w2 (E,D,H), grad_y (M,D). An empty grad_out or
+// grad_y is generated from the seed as it would be otherwise.
+struct GivenTensors {
+  std::vector<std::int32_t> offs;  // (E), as the file gives them
+  TensorF A, W, grad_out;
+  TensorF x, w1, w3, w2, grad_y;
 };
 
 struct CaseSpec {
@@ -50,6 +62,8 @@ struct CaseSpec {
   bool fp8_dispatch = false;       // EP: x sent as 1x128 codes + scales, dequantized to bf16 on arrival
   float lr = 0;                    // layer level: one SGD step when > 0
   std::string backend = "reference";
+  std::string inputs;                        // "FILE.h5[:GROUP]" the tensors came from; empty: generated
+  std::shared_ptr<const GivenTensors> given;  // loaded from `inputs` by the application (null: generated)
 
   OpShape op_shape() const { return OpShape{experts, tokens, n, k}; }
   void set_op_shape(const OpShape& s) {

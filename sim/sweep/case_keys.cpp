@@ -15,6 +15,7 @@
 #include "sim/mesh/mesh.hpp"
 #include "sim/plans/layer_plan.hpp"
 #include "sim/rules/sharding.hpp"
+#include "sim/sweep/inputs.hpp"
 
 namespace fp8moe::scenarios {
 
@@ -291,6 +292,31 @@ KeyRule rule_hidden() {
           [](const Case& c, CaseRow& r) { r.hidden = c.hidden; }};
 }
 
+// inputs: the user's tensors fix the offsets and the dims (the data is loaded when the case runs)
+KeyRule rule_inputs() {
+  return {[](const std::string& s) { return s == "none" ? Values{s} : ((void)read_inputs_shape(s), Values{s}); },
+          [](Proto& p, const std::string& v) {
+            if (v == "none") return;
+            const InputsShape f = read_inputs_shape(v);
+            const bool op = p.c.level == "op";
+            if (!op && !f.layer) {
+              fail("inputs '", v, "' has no layer-level tensors (x, w1, w3 and w2): give a file of that level, or level = op");
+            }
+            if (op && !f.op_missing(p.c.pass).empty()) {
+              fail("inputs '", v, "' cannot feed the op-level ", pass_name(p.c.pass), " pass: ", f.op_missing(p.c.pass),
+                   ": give those tensors, or another pass");
+            }
+            p.c.inputs = v;
+            p.c.offs = f.offs;
+            p.c.experts = static_cast<int>(f.experts);
+            p.c.tokens = f.tokens;
+            if (op) p.c.n = *f.n, p.c.k = *f.k;
+            if (!op) p.c.dim = *f.dim, p.c.hidden = *f.hidden;
+            p.offs_explicit = true;
+          },
+          [](const Case& c) { return c.inputs.empty() ? std::string() : cat("inputs=", c.inputs); }, no_row};
+}
+
 // routing: resolved into offs once the seed is known (resolve_case)
 KeyRule rule_routing() {
   return {checked<parse_routing>,
@@ -418,7 +444,7 @@ const KeyRule& key_rule(Key k) {
 
 const std::array<Key, kKeyCount> kCaseKeyOrder{
     Key::level,  Key::mesh,   Key::plan,   Key::pass,  Key::lhs,         Key::rhs,          Key::experts,
-    Key::tokens, Key::n,      Key::k,      Key::dim,   Key::hidden,      Key::offs,         Key::dist,
+    Key::tokens, Key::n,      Key::k,      Key::dim,   Key::hidden,      Key::offs,         Key::inputs,       Key::dist,
     Key::seed,   Key::mode,   Key::backend, Key::format, Key::block,     Key::pow2_scales,  Key::pad,
     Key::out_dtype, Key::reduce_dtype, Key::fsdp_gather, Key::fp8_dispatch, Key::lr, Key::description,
     Key::placements, Key::routing, Key::empty_experts, Key::reduce_order};

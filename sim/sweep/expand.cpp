@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <set>
 
 #include "reference/checked.hpp"
@@ -12,6 +13,7 @@
 #include "sim/plans/layer_plan.hpp"
 #include "sim/rules/enumerate.hpp"
 #include "sim/sweep/case_keys.hpp"
+#include "sim/sweep/inputs.hpp"
 
 namespace fp8moe::scenarios {
 
@@ -102,6 +104,50 @@ void check_offs_agree(const Section& sec, Axes& ax) {
   }
 }
 
+// inputs fixes the offsets and the dims of its level: the scenario may restate them but not
+// contradict them, and a routing does not apply. Values from [defaults] give way to it.
+void check_inputs_agree(const Section& sec, Axes& ax) {
+  for (const Value& in : ax[Key::inputs]) {
+    if (in.text == "none") continue;
+    InputsShape f;
+    try {
+      f = read_inputs_shape(in.text);
+    } catch (const Error&) {
+      continue;  // reported with its line by the inputs rule
+    }
+    const std::pair<Key, std::optional<std::int64_t>> fixed[] = {
+        {Key::experts, f.experts}, {Key::tokens, f.tokens}, {Key::n, f.n}, {Key::k, f.k}, {Key::dim, f.dim}, {Key::hidden, f.hidden}};
+    for (const auto& [k, implied] : fixed) {
+      const Entry* e = sec.find(k);
+      if (!e || !implied) continue;
+      for (const Value& v : e->values) {
+        if (v.text != std::to_string(*implied)) {
+          fail(lead(v, k), " contradicts ", named(in, Key::inputs), ", whose tensors give ", key_name(k), " ", *implied,
+               ": drop it, or give inputs of that shape");
+        }
+      }
+    }
+    if (const Entry* e = sec.find(Key::offs)) {
+      for (const Value& v : e->values) {
+        if (v.text != "none" && parse_offs(v.text) != f.offs) {
+          fail(lead(v, Key::offs), " contradicts ", named(in, Key::inputs), ", whose offs are ", offs_text(f.offs),
+               ": drop it, or give inputs with those groups");
+        }
+      }
+    }
+    for (const Key k : {Key::routing, Key::empty_experts}) {
+      if (const Entry* e = sec.find(k)) {
+        fail(lead(e->values.front(), k), " does not apply with ", named(in, Key::inputs),
+             ", whose offs fix the token groups: drop it");
+      }
+    }
+  }
+  for (const Key k : {Key::experts, Key::tokens, Key::offs, Key::n, Key::k, Key::dim, Key::hidden, Key::routing,
+                      Key::empty_experts}) {
+    ax.raw[static_cast<std::size_t>(k)] = {Value{std::string(syntax(k).builtin), sec.file, sec.line}};
+  }
+}
+
 // Key values: the scenario's own, else [defaults], else built in (located at the header).
 Axes resolve_axes(const ScenarioFile& f, const Section& sec, const ExpandOptions& opt) {
   Axes ax;
@@ -115,7 +161,11 @@ Axes resolve_axes(const ScenarioFile& f, const Section& sec, const ExpandOptions
       raw = {Value{std::string(k.builtin), sec.file, sec.line}};
     }
   }
-  if (ax[Key::offs].front().text != "none") check_offs_agree(sec, ax);
+  if (ax[Key::inputs].front().text != "none") {
+    check_inputs_agree(sec, ax);
+  } else if (ax[Key::offs].front().text != "none") {
+    check_offs_agree(sec, ax);
+  }
   for (const KeySyntax& k : kKeys) {
     auto& out = ax.values[static_cast<std::size_t>(k.key)];
     for (const Value& v : ax[k.key]) {

@@ -13,6 +13,7 @@
 #include "sim/rules/sharding.hpp"
 #include "sim/runner/op_runner.hpp"
 #include "sim/sweep/case_keys.hpp"
+#include "sim/sweep/inputs.hpp"
 
 namespace fp8moe::sim {
 
@@ -51,22 +52,6 @@ TensorF to_code_layout(Recipe r, const TensorF& x) {
   return x;
 }
 
-// One operand quantized on a single device, as the pass does it (wgrad on padded token groups).
-CaseTensors::Operand quantize_operand(Backend& be, const std::string& name, Recipe r, const TensorF& x,
-                                      const std::vector<std::int32_t>& offs, const GemmOptions& g) {
-  const bool kgrouped = r == Recipe::kgrouped_lhs || r == Recipe::kgrouped_rhs;
-  if (kgrouped && g.pad) {
-    const PaddedGroups p = pad_groups(offs, g.quant.block);
-    TensorF xp = pad_rows(x, offs, p);
-    // The quantizers see the padded groups only, not the buffer's spare rows past their end.
-    const std::int64_t rows = p.padded_ends.empty() ? 0 : p.padded_ends.back();
-    xp.shape[0] = rows;
-    xp.data.resize(static_cast<std::size_t>(rows * x.dim(1)));
-    return {name, to_code_layout(r, xp), be.quantize(r, xp, p.padded_ends, g.quant)};
-  }
-  return {name, to_code_layout(r, x), be.quantize(r, x, offs, g.quant)};
-}
-
 TensorF to_f(const TensorD& t) { return to_float(t); }
 
 void fill_metrics(CaseRow& row, const TensorReport& t) {
@@ -93,6 +78,22 @@ std::string report_message(const ScenarioReport& r) {
 }
 
 }  // namespace
+
+CaseTensors::Operand quantize_operand(Backend& be, const std::string& name, Recipe r, const TensorF& x,
+                                      const std::vector<std::int32_t>& offs, const GemmOptions& g) {
+  const bool kgrouped = r == Recipe::kgrouped_lhs || r == Recipe::kgrouped_rhs;
+  if (kgrouped && g.pad) {
+    const PaddedGroups p = pad_groups(offs, g.quant.block);
+    TensorF xp = pad_rows(x, offs, p);
+    // The quantizers see the padded groups only, not the buffer's spare rows past their end.
+    const std::int64_t rows = p.padded_ends.empty() ? 0 : p.padded_ends.back();
+    xp.shape[0] = rows;
+    xp.data.resize(static_cast<std::size_t>(rows * x.dim(1)));
+    return {name, to_code_layout(r, xp), be.quantize(r, xp, p.padded_ends, g.quant)};
+  }
+  return {name, to_code_layout(r, x), be.quantize(r, x, offs, g.quant)};
+}
+
 
 CaseRow case_row_template(const Case& c) {
   CaseRow r;
@@ -237,8 +238,12 @@ CaseResult run_case(const Case& c, bool keep_tensors, MeshRuntime* rt) {
         body(comm);
       }
     };
-    LevelRun run = c.level == "op" ? run_op_level(c, on_mesh, keep_tensors, res.tensors)
-                                   : run_layer_level(c, on_mesh, keep_tensors, res.tensors);
+    // The user's tensors (the key `inputs`), loaded for this case; non-finite ones are refused
+    // (an error row naming the dataset).
+    Case with_data = c;
+    if (!c.inputs.empty() && !c.given) with_data.given = load_inputs(c.inputs, c.level, /*allow_nonfinite=*/false);
+    LevelRun run = c.level == "op" ? run_op_level(with_data, on_mesh, keep_tensors, res.tensors)
+                                   : run_layer_level(with_data, on_mesh, keep_tensors, res.tensors);
     res.rows = report_rows(base, run);
     if (!run.report.tensors.empty() && keep_tensors) {
       res.tensors.quantized = std::move(run.ops);

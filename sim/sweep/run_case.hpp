@@ -8,6 +8,7 @@
 #include "reference/quantize.hpp"
 #include "reference/tensor.hpp"
 #include "results/store.hpp"
+#include "sim/backend/backend.hpp"
 #include "sim/sweep/case.hpp"
 #include "sim/comm/runtime.hpp"
 
@@ -44,6 +45,11 @@ struct CaseResult {
 // records them and goes on. With a real runtime every process of the launch calls this for every
 // case; only the process holding global rank 0 gets rows (the others get none).
 CaseResult run_case(const scenarios::Case& c, bool keep_tensors, MeshRuntime* rt = nullptr);
+
+// One operand quantized on a single device as the pass does it (the K-grouped recipes on the padded
+// token groups when padding is on), with the input laid out as its codes.
+CaseTensors::Operand quantize_operand(Backend& be, const std::string& name, Recipe r, const TensorF& x,
+                                      const std::vector<std::int32_t>& offs, const GemmOptions& g);
 
 // The row fields every row of `c` shares (ids, parameters); metrics left at zero.
 results::CaseRow case_row_template(const scenarios::Case& c);
