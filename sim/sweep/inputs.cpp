@@ -82,6 +82,15 @@ void require_shape(const std::string& where, const char* name, const std::vector
   if (got != want) fail(where, ": ", name, " must be ", dims, " = ", shape_str(want), ", got ", shape_str(got));
 }
 
+// check_offsets with the file named.
+void check_offsets_in(const std::string& where, const std::vector<std::int32_t>& offs, std::int64_t M) {
+  try {
+    check_offsets(offs, M);
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+}
+
 void refuse_nonfinite(const std::string& where, const char* name, const TensorF& t, bool allow) {
   std::int64_t bad = 0, first = -1;
   for (std::size_t i = 0; i < t.numel(); ++i) {
@@ -125,11 +134,7 @@ InputsShape read_inputs_shape(const std::string& spec) {
   s.offs = read_offsets(g, o.where);
   s.experts = static_cast<std::int64_t>(s.offs.size());
   s.tokens = s.offs.empty() ? 0 : s.offs.back();
-  try {
-    check_offsets(s.offs, s.tokens);
-  } catch (const Error& e) {
-    fail(o.where, ": ", e.what());
-  }
+  check_offsets_in(o.where, s.offs, s.tokens);
   s.a = g.exists("A");
   s.w = g.exists("W");
   s.grad_out = g.exists("grad_out");
@@ -185,11 +190,7 @@ std::shared_ptr<const GivenTensors> load_inputs(const std::string& spec, const s
     for (const auto& [name, x] : {std::pair{"A", &t->A}, std::pair{"W", &t->W}, std::pair{"grad_out", &t->grad_out}}) {
       refuse_nonfinite(where, name, *x, allow_nonfinite);
     }
-    try {
-      check_offsets(offs, M);
-    } catch (const Error& e) {
-      fail(where, ": ", e.what());
-    }
+    check_offsets_in(where, offs, M);
     return t;
   }
   t->x = read_checked(g, where, "x", 2, "(M,D)");
@@ -208,11 +209,7 @@ std::shared_ptr<const GivenTensors> load_inputs(const std::string& spec, const s
                                 std::pair{"w2", &t->w2}, std::pair{"grad_y", &t->grad_y}}) {
     refuse_nonfinite(where, name, *x, allow_nonfinite);
   }
-  try {
-    check_offsets(offs, M);
-  } catch (const Error& e) {
-    fail(where, ": ", e.what());
-  }
+  check_offsets_in(where, offs, M);
   return t;
 }
 

@@ -39,15 +39,6 @@ scenarios::Expansion expand_text(const std::string& text) {
   return scenarios::expand({scenarios::parse_scenario_text(text, "keys.ini")});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("every registry key has a rule and exactly one place in the case key") {
@@ -220,8 +211,8 @@ TEST_CASE("fp8moe run's flags expand to the case a scenario file of the same val
   for (const auto& [flag, line] : bad) {
     CAPTURE(line);
     const std::string from_flag =
-        error_of([&] { (void)scenarios::expand({scenarios::scenario_from_flags("fp8moe run", {flag})}); });
-    const std::string from_file = error_of([&] { (void)expand_text("[scenario.run]\n" + line + "\n"); });
+        test::error_of([&] { (void)scenarios::expand({scenarios::scenario_from_flags("fp8moe run", {flag})}); });
+    const std::string from_file = test::error_of([&] { (void)expand_text("[scenario.run]\n" + line + "\n"); });
     REQUIRE(!from_flag.empty());
     REQUIRE(!from_file.empty());
     CHECK(from_flag.rfind(flag.flag + " " + flag.text + ": ", 0) == 0);
@@ -255,5 +246,5 @@ TEST_CASE("out_dtype = fp32 runs the GEMMs with fp32 outputs, bf16 rounds them")
   // hp64 computes in fp64 whatever the key says: one case, not two.
   const auto hp = expand_text("[scenario.h]\nlevel = op\nmesh = 1\npass = fwd\nmode = hp64\nout_dtype = bf16, fp32\n");
   CHECK(hp.cases.size() == 1);
-  CHECK(error_of([] { (void)expand_text("[scenario.x]\nout_dtype = fp16\n"); }).find("keys.ini:2: out_dtype = fp16") == 0);
+  CHECK(test::error_of([] { (void)expand_text("[scenario.x]\nout_dtype = fp16\n"); }).find("keys.ini:2: out_dtype = fp16") == 0);
 }

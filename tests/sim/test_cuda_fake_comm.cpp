@@ -97,15 +97,6 @@ void check_stats(const Communicator& cpu, const Communicator& gpu) {
   CHECK(cpu.stats().collectives == gpu.stats().collectives);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A member buffer on the device for the device-pointer variants: upload, use, download.
 struct DeviceCopy {
   kernels::DeviceBuffer<std::byte> buf;
@@ -629,8 +620,8 @@ TEST_CASE("fake-gpu: the same size errors as FakeCommunicator, with the same mes
   for (std::size_t i = 0; i < bad.size(); ++i) {
     const std::string what = bad[i].first;
     CAPTURE(what);
-    const std::string want = error_of([&] { bad[i].second(cpu); });
-    const std::string got = error_of([&] { bad[i].second(gpu); });
+    const std::string want = test::error_of([&] { bad[i].second(cpu); });
+    const std::string got = test::error_of([&] { bad[i].second(gpu); });
     CHECK(!want.empty());
     CHECK(want == got);
   }
@@ -833,7 +824,7 @@ TEST_CASE("fake-gpu: a case that cannot fit in device memory is rejected before 
   const CudaCaseBytes est = cuda_case_device_bytes("cuda-simt", absurd);
   CHECK(est.op > (std::size_t{1} << 45));  // A (2^26, 2^16) and out (2^26, 2^16): 2^42 elements each
   CHECK(est.comm > est.op);                // 9 fp32 images of a 2^42-element tensor
-  const std::string msg = error_of([&] { require_cuda_case_memory("cuda-simt", absurd, "case 7 (absurd)"); });
+  const std::string msg = test::error_of([&] { require_cuda_case_memory("cuda-simt", absurd, "case 7 (absurd)"); });
   std::printf("absurd case rejected: %s\n", msg.c_str());
   CHECK(msg.find("case 7 (absurd) on cuda-simt needs an estimated") != std::string::npos);
   CHECK(msg.find(std::to_string(est.total()) + " bytes") != std::string::npos);

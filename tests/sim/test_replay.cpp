@@ -29,15 +29,6 @@ scenarios::Expansion expand_text(const std::string& text) {
   return scenarios::expand({scenarios::parse_scenario_text(text, "replay.ini")});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void write_offs(h5::Group& g, const std::vector<std::int32_t>& offs, bool as_dataset) {
   if (!as_dataset) {
     g.set_attr("offs", offs);
@@ -167,7 +158,7 @@ TEST_CASE("inputs fix the shape: a contradicting key names both values, a restat
            {"offs = 100,256", "whose offs are 128,256"},
            {"routing = zipf:1.2", "routing = zipf:1.2 does not apply with inputs = "}}) {
     CAPTURE(line);
-    const std::string e = error_of([&] { (void)expand_text(head + line + "\n"); });
+    const std::string e = test::error_of([&] { (void)expand_text(head + line + "\n"); });
     CHECK(e.find(want) != std::string::npos);
     CAPTURE(e);
   }
@@ -177,10 +168,10 @@ TEST_CASE("inputs fix the shape: a contradicting key names both values, a restat
   CHECK(ok.cases[0].k == 128);
   CHECK(ok.cases[0].offs == std::vector<std::int32_t>{128, 256});
   // The level's tensors must be there.
-  CHECK(error_of([&] { (void)expand_text(head + "pass = dgrad\n"); }).empty());
-  CHECK(error_of([&] { (void)expand_text("[scenario.s]\nlevel = layer\nmesh = 1\nplan = single\ninputs = " + file + "\n"); })
+  CHECK(test::error_of([&] { (void)expand_text(head + "pass = dgrad\n"); }).empty());
+  CHECK(test::error_of([&] { (void)expand_text("[scenario.s]\nlevel = layer\nmesh = 1\nplan = single\ninputs = " + file + "\n"); })
             .find("has no layer-level tensors (x, w1, w3 and w2)") != std::string::npos);
-  CHECK(error_of([&] { (void)expand_text("[scenario.s]\ninputs = " + test::scratch("missing.h5") + "\n"); }).find("missing.h5") !=
+  CHECK(test::error_of([&] { (void)expand_text("[scenario.s]\ninputs = " + test::scratch("missing.h5") + "\n"); }).find("missing.h5") !=
         std::string::npos);
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // Helpers shared by the test suites: seeds, random tensors, bit comparisons.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "reference/datagen.hpp"
+#include "reference/error.hpp"
 #include "reference/tensor.hpp"
 
 namespace fp8moe::test {
@@ -23,6 +25,16 @@ inline std::uint64_t seed_for(std::uint64_t salt) {
 inline TensorF random_tensor(std::vector<std::int64_t> shape, std::uint64_t seed, std::uint32_t id,
                              Dist dist = Dist::normal) {
   return generate(shape, dist, seed, id);
+}
+
+// The message of the fp8moe::Error `f` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace fp8moe::test
