@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <optional>
+#include <tuple>
 
 #include "reference/error.hpp"
 #include "results/h5.hpp"
@@ -145,9 +146,22 @@ void write_offs(h5::Group& g, const std::vector<std::int32_t>& offs) {
   g.set_attr("offs", offs);
 }
 
+// Where a rank's piece lies in the global tensor: [box_begin, box_end) per dim.
+void set_box(h5::Object& o, const std::vector<Range>& box) {
+  std::vector<std::int32_t> begin, end;
+  for (const Range& x : box) {
+    begin.push_back(static_cast<std::int32_t>(x.begin));
+    end.push_back(static_cast<std::int32_t>(x.end));
+  }
+  o.set_attr("box_begin", begin);
+  o.set_attr("box_end", end);
+}
+
 // --save: the inputs under the names --inputs reads, then a group named after the mode holding
 // the assembled global results (op: out, grad_A or grad_W; layer: y, dx, dw1, dw2, dw3, w*_new)
-// and, at op level, each rank's local result under ranks/<r>/ with its box in the global output;
+// and each rank's own results under ranks/<r>/: op level the local output with its box in the
+// global one; layer level its rows of y and dx (and their global rows) and its at-rest shards of
+// the gradients (and updated weights) with their boxes;
 // attributes name the case. Built in PATH.tmp and published whole.
 struct RunSave {
   const scenarios::Case& c;
@@ -185,13 +199,7 @@ struct RunSave {
       if (run.local[r].rank() == 0 && run.local_box[r].empty()) continue;
       h5::Group rg = ranks.create_group(std::to_string(r));
       write_result(rg, out_name(p), run.local[r], fp64);
-      std::vector<std::int32_t> begin, end;
-      for (const Range& x : run.local_box[r]) {
-        begin.push_back(static_cast<std::int32_t>(x.begin));
-        end.push_back(static_cast<std::int32_t>(x.end));
-      }
-      rg.set_attr("box_begin", begin);
-      rg.set_attr("box_end", end);
+      set_box(rg, run.local_box[r]);
     }
     finish(f);
   }
@@ -204,6 +212,22 @@ struct RunSave {
     }
     h5::Group g = f.create_group(mode_group(c));
     for (const auto& [name, t] : named_outputs(run.out)) write_result(g, name, *t, false);
+    h5::Group ranks = g.create_group("ranks");
+    for (const LayerLocal& l : run.local) {
+      h5::Group rg = ranks.create_group(std::to_string(l.rank));
+      (void)rg.write("y", l.y);
+      (void)rg.write("dx", l.dx);
+      Tensor<std::int64_t> rows({static_cast<std::int64_t>(l.rows.size())});
+      rows.data = l.rows;
+      (void)rg.write("rows", rows);  // the global token row of each row of y and dx
+      for (const auto& [name, t, box] : {std::tuple{"dw1", &l.dw1, &l.w13_box}, std::tuple{"dw3", &l.dw3, &l.w13_box},
+                                         std::tuple{"dw2", &l.dw2, &l.w2_box}, std::tuple{"w1_new", &l.w1_new, &l.w13_box},
+                                         std::tuple{"w3_new", &l.w3_new, &l.w13_box}, std::tuple{"w2_new", &l.w2_new, &l.w2_box}}) {
+        if (t->rank() == 0) continue;  // no SGD step
+        h5::Dataset d = rg.write(name, *t);
+        set_box(d, *box);
+      }
+    }
     finish(f);
   }
 };

@@ -307,6 +307,24 @@ void Exec::run() {
   }
 }
 
+void Exec::keep_local(std::vector<LayerLocal>& out) {
+  const Mesh& mesh = comm.mesh();
+  for (int r : comm.local_ranks()) {
+    RankState& s = S(r);
+    LayerLocal l;
+    l.rank = r;
+    const Range rows = plan.ep_dim >= 0 ? s.home : s.comp;  // the rows assemble_rows takes from r
+    for (I64 p = rows.begin; p < rows.end; ++p) l.rows.push_back(s.L_rows[static_cast<std::size_t>(p)]);
+    l.y = s.y_home;
+    l.dx = s.dx_home;
+    l.dw1 = s.dw1, l.dw3 = s.dw3, l.dw2 = s.dw2;
+    l.w1_new = s.w1_new, l.w3_new = s.w3_new, l.w2_new = s.w2_new;
+    l.w13_box = local_box(W1d.shape, W1d.placements, mesh, r);
+    l.w2_box = local_box(W2d.shape, W2d.placements, mesh, r);
+    out.push_back(std::move(l));
+  }
+}
+
 TensorF Exec::assemble_param(const DTensor& like, TensorF RankState::*field) {
   DTensor t;
   t.shape = like.shape;
@@ -348,6 +366,7 @@ LayerRun run_layer_plan(const CaseSpec& cfg, Communicator* comm) {
     out.out.w3_new = ex.assemble_param(ex.W3d, &RankState::w3_new);
     out.out.w2_new = ex.assemble_param(ex.W2d, &RankState::w2_new);
   }
+  ex.keep_local(out.local);
   return out;
 }
 

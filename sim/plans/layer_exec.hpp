@@ -130,6 +130,7 @@ struct Exec {
   // ---- results (after the communicator's stats were read) ----
   TensorF assemble_rows(TensorF RankState::*field);
   TensorF assemble_param(const DTensor& like, TensorF RankState::*field);
+  void keep_local(std::vector<LayerLocal>& out);  // each local rank's own results
 };
 
 }  // namespace fp8moe::sim::layer_detail

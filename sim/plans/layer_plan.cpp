@@ -96,46 +96,51 @@ std::vector<std::string> plans_for_mesh(const Mesh& mesh) {
   return out;
 }
 
-std::vector<bool> describe_layer_numerics(const CaseSpec& cfg, const LayerPlan& plan, const Mesh& mesh,
-                                          std::span<const std::int32_t> offs, ScenarioReport& rep) {
-  using I64 = std::int64_t;
-  // Block alignment (quantized modes only: hp64 and bf16 have no blocks).
-  const bool quant = is_quantized(cfg.gemm.mode);
-  bool h_ok = true, tok_ok = true;
-  const int B = cfg.gemm.quant.block;
-  const I64 H = cfg.hidden;
-  if (quant && plan.tp_dim >= 0) {
-    const int n = mesh.size(plan.tp_dim);
-    for (int c = 0; c < n; ++c) {
-      const Range hr = chunk(H, n, c);
-      if (hr.size() > 0 && (hr.begin % B != 0 || (hr.end % B != 0 && hr.end != H))) {
-        h_ok = false;
-        rep.misaligned.push_back("tp shard " + std::to_string(c) + " of H = [" + std::to_string(hr.begin) + "," +
-                                 std::to_string(hr.end) + ") is not on the " + std::to_string(B) +
-                                 "-block grid: W1/W3 128x128 blocks (fwd rows, dgrad cols), W2 128x128 blocks and the "
-                                 "1x128 blocks of h and dh1/dh3 along H move (local H zero-padded to the block)");
-      }
-    }
-  }
-  if (quant && plan.dp_dim >= 0) {
-    const int n = mesh.size(plan.dp_dim);
-    I64 start = 0;
-    for (std::size_t e = 0; e < offs.size(); ++e) {
-      const I64 size = offs[e] - start;
-      for (int c = 0; c < n; ++c) {
-        const Range tr = chunk(size, n, c);
-        if (tr.size() > 0 && (tr.begin % B != 0 || (tr.end % B != 0 && tr.end != size))) {
-          tok_ok = false;
-          rep.misaligned.push_back("dp rank " + std::to_string(c) + " holds tokens [" + std::to_string(tr.begin) + "," +
-                                   std::to_string(tr.end) + ") of expert " + std::to_string(e) +
-                                   ": the wgrad blocks along tokens (dOut^T 1x128, A 128x1) move");
-        }
-      }
-      start = offs[e];
-    }
-  }
-  rep.block_aligned = h_ok && tok_ok;
+namespace {
 
+// describe_layer_numerics in parts: the tp shards of H on the block grid, the dp token chunks of
+// each expert on it, and the Partial sums and notes.
+
+bool tp_shards_aligned(const LayerPlan& plan, const Mesh& mesh, std::int64_t H, int B, ScenarioReport& rep) {
+  if (plan.tp_dim < 0) return true;
+  bool ok = true;
+  const int n = mesh.size(plan.tp_dim);
+  for (int c = 0; c < n; ++c) {
+    const Range hr = chunk(H, n, c);
+    if (hr.size() > 0 && (hr.begin % B != 0 || (hr.end % B != 0 && hr.end != H))) {
+      ok = false;
+      rep.misaligned.push_back("tp shard " + std::to_string(c) + " of H = [" + std::to_string(hr.begin) + "," +
+                               std::to_string(hr.end) + ") is not on the " + std::to_string(B) +
+                               "-block grid: W1/W3 128x128 blocks (fwd rows, dgrad cols), W2 128x128 blocks and the "
+                               "1x128 blocks of h and dh1/dh3 along H move (local H zero-padded to the block)");
+    }
+  }
+  return ok;
+}
+
+bool dp_chunks_aligned(const LayerPlan& plan, const Mesh& mesh, std::span<const std::int32_t> offs, int B,
+                       ScenarioReport& rep) {
+  if (plan.dp_dim < 0) return true;
+  bool ok = true;
+  const int n = mesh.size(plan.dp_dim);
+  std::int64_t start = 0;
+  for (std::size_t e = 0; e < offs.size(); ++e) {
+    const std::int64_t size = offs[e] - start;
+    for (int c = 0; c < n; ++c) {
+      const Range tr = chunk(size, n, c);
+      if (tr.size() > 0 && (tr.begin % B != 0 || (tr.end % B != 0 && tr.end != size))) {
+        ok = false;
+        rep.misaligned.push_back("dp rank " + std::to_string(c) + " holds tokens [" + std::to_string(tr.begin) + "," +
+                                 std::to_string(tr.end) + ") of expert " + std::to_string(e) +
+                                 ": the wgrad blocks along tokens (dOut^T 1x128, A 128x1) move");
+      }
+    }
+    start = offs[e];
+  }
+  return ok;
+}
+
+void describe_partial_sums(const CaseSpec& cfg, const LayerPlan& plan, ScenarioReport& rep) {
   const std::string red = std::string(reduce_dtype_name(cfg.reduce.dtype)) + ", " + reduce_order_name(cfg.reduce.order) +
                           (cfg.gemm.mode == Mode::hp64 || cfg.gemm.out != OutDtype::bf16 ? " (not rounded after: hp64/wide outputs)" : "");
   if (plan.tp_dim >= 0) {
@@ -153,7 +158,19 @@ std::vector<bool> describe_layer_numerics(const CaseSpec& cfg, const LayerPlan& 
     rep.notes.push_back("fp8 dispatch: x travels as e4m3 codes with 1x128 scales; the owner dequantizes to bf16 and "
                         "uses those values as its input (fwd and the saved input of wgrad)");
   }
+}
 
+}  // namespace
+
+std::vector<bool> describe_layer_numerics(const CaseSpec& cfg, const LayerPlan& plan, const Mesh& mesh,
+                                          std::span<const std::int32_t> offs, ScenarioReport& rep) {
+  // Block alignment (quantized modes only: hp64 and bf16 have no blocks).
+  const bool quant = is_quantized(cfg.gemm.mode);
+  const int B = cfg.gemm.quant.block;
+  const bool h_ok = !quant || tp_shards_aligned(plan, mesh, cfg.hidden, B, rep);
+  const bool tok_ok = !quant || dp_chunks_aligned(plan, mesh, offs, B, rep);
+  rep.block_aligned = h_ok && tok_ok;
+  describe_partial_sums(cfg, plan, rep);
   return {h_ok, h_ok, h_ok && tok_ok, h_ok && tok_ok, h_ok && tok_ok};
 }
 

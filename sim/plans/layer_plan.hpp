@@ -91,8 +91,19 @@ struct LayerOutputs {
   TensorF w1_new, w3_new, w2_new;  // after the SGD step (empty when lr == 0)
 };
 
+// One rank's own results: its rows of y and dx (their global token rows), and its at-rest shards
+// of the gradients and updated weights (their boxes in the global tensors).
+struct LayerLocal {
+  int rank = -1;
+  std::vector<std::int64_t> rows;          // global token row of each row of y and dx
+  TensorF y, dx;
+  TensorF dw1, dw3, dw2, w1_new, w3_new, w2_new;
+  std::vector<Range> w13_box, w2_box;      // the shards' boxes in (E,H,D) and (E,D,H)
+};
+
 struct LayerRun {
   LayerOutputs out;
+  std::vector<LayerLocal> local;  // the ranks this process holds
   ScenarioReport report;  // diagnostics filled; tensors empty
   std::vector<bool> tensor_aligned;  // y, dx, dw1, dw2, dw3 (blocks of the single-device quantization)
 };
