@@ -283,6 +283,8 @@ int cmd_run(const Args& args) {
   if (c.level == "op") {
     const OpRun run = run_op(c, *backend);
     fmt::print("{}", format_report(run.report));
+    fmt::print("# placements as DTensor writes them: {} {}, {} {}\n", lhs_name(c.pass), dtensor_str(c.lhs),
+               rhs_name(c.pass), dtensor_str(c.rhs));
     if (save) RunSave{c, *save}.op(run);
   } else {
     LayerRun run;

@@ -1,5 +1,8 @@
 #include "sim/mesh/placement.hpp"
 
+#include <cctype>
+#include <optional>
+
 #include "reference/error.hpp"
 
 namespace fp8moe::sim {
@@ -13,6 +16,21 @@ std::string Placement::str() const {
   return "?";
 }
 
+std::string Placement::dtensor() const {
+  switch (kind) {
+    case Kind::replicate: return "Replicate()";
+    case Kind::partial: return "Partial(sum)";
+    case Kind::shard: return "Shard(dim=" + std::to_string(dim) + ")";
+  }
+  return "?";
+}
+
+std::string dtensor_str(const Placements& p) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < p.size(); ++i) s += (i ? ", " : "") + p[i].dtensor();
+  return s + (p.size() == 1 ? ",)" : ")");
+}
+
 std::string str(const Placements& p) {
   std::string s = "[";
   for (std::size_t i = 0; i < p.size(); ++i) {
@@ -22,35 +40,76 @@ std::string str(const Placements& p) {
   return s + "]";
 }
 
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\"'");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\"'") - b + 1);
+}
+
+// One placement in fp8moe's spelling (R, P, S(d)) or DTensor's (Replicate(), Partial(),
+// Partial(sum), Partial(reduce_op='sum'), Shard(d), Shard(dim=d)).
+Placement parse_one(const std::string& name, const std::optional<std::string>& arg, const std::string& text) {
+  const std::string a = arg ? trim(*arg) : std::string();
+  if ((name == "R" && !arg) || (name == "Replicate" && arg && a.empty())) return Placement::R();
+  if ((name == "P" && !arg) || (name == "Partial" && arg)) {
+    const std::string op = a.rfind("reduce_op", 0) == 0 ? trim(a.substr(a.find('=') + 1)) : a;
+    if (!op.empty() && op != "sum") {
+      fail("placement '", name, "(", a, ")' in '", text, "': fp8moe models Partial sums only (DTensor's default); ", op,
+           " is not modelled");
+    }
+    return Placement::P();
+  }
+  if ((name == "S" || name == "Shard") && arg) {
+    const std::string d = a.rfind("dim", 0) == 0 ? trim(a.substr(a.find('=') + 1)) : a;
+    std::size_t used = 0;
+    int dim = -1;
+    try {
+      dim = std::stoi(d, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != d.size() || dim < 0) {
+      fail("bad placement list '", text, "': ", name, "(", a, ") needs a tensor dim >= 0, e.g. ", name, "(1)");
+    }
+    return Placement::S(dim);
+  }
+  fail("bad placement list '", text, "': '", name, arg ? "(" + *arg + ")" : "", "' is not a placement: use R, P or S(d) ",
+       "(or DTensor's Replicate(), Partial(), Shard(d)) per mesh dim, e.g. S(0),R");
+}
+
+}  // namespace
+
 Placements parse_placements(const std::string& text, int mesh_ndim) {
-  std::string s = text;
-  if (!s.empty() && s.front() == '[') s = s.substr(1);
-  if (!s.empty() && s.back() == ']') s.pop_back();
+  // A list as fp8moe writes it ("S(0),R", "[S(0),R]") or as DTensor prints it
+  // ("(Shard(dim=0), Replicate())", "[Shard(0), Partial()]").
+  std::string s = trim(text);
+  if (!s.empty() && (s.front() == '[' || (s.front() == '(' && s.size() > 1 && std::isalpha(static_cast<unsigned char>(s[1]))))) {
+    const char close = s.front() == '[' ? ']' : ')';
+    if (s.back() != close) fail("bad placement list '", text, "': unclosed ", s.front());
+    s = s.substr(1, s.size() - 2);
+  }
   Placements out;
   std::size_t i = 0;
   while (i < s.size()) {
-    if (s[i] == ',' || s[i] == ' ') {
+    if (s[i] == ',' || std::isspace(static_cast<unsigned char>(s[i]))) {
       ++i;
       continue;
     }
-    if (s[i] == 'R') {
-      out.push_back(Placement::R());
-      ++i;
-    } else if (s[i] == 'P') {
-      out.push_back(Placement::P());
-      ++i;
-    } else if (s[i] == 'S' && i + 3 < s.size() + 1 && s[i + 1] == '(') {
-      const auto close = s.find(')', i);
-      if (close == std::string::npos) fail("bad placement list '", text, "': unclosed S(");
-      try {
-        out.push_back(Placement::S(std::stoi(s.substr(i + 2, close - i - 2))));
-      } catch (const std::exception&) {
-        fail("bad placement list '", text, "': S(d) needs an integer tensor dim");
-      }
-      i = close + 1;
-    } else {
-      fail("bad placement list '", text, "': use R, P or S(d) per mesh dim, e.g. S(0),R");
+    std::size_t e = i;
+    while (e < s.size() && std::isalpha(static_cast<unsigned char>(s[e]))) ++e;
+    if (e == i) fail("bad placement list '", text, "': unexpected '", s[i], "': use R, P or S(d) per mesh dim, e.g. S(0),R");
+    const std::string name = s.substr(i, e - i);
+    std::optional<std::string> arg;
+    if (e < s.size() && s[e] == '(') {
+      const auto close = s.find(')', e);
+      if (close == std::string::npos) fail("bad placement list '", text, "': unclosed ", name, "(");
+      arg = s.substr(e + 1, close - e - 1);
+      e = close + 1;
     }
+    out.push_back(parse_one(name, arg, text));
+    i = e;
   }
   if (static_cast<int>(out.size()) != mesh_ndim) {
     fail("placement list '", text, "' has ", out.size(), " entries but the mesh has ", mesh_ndim, " dims");

@@ -23,12 +23,16 @@ struct Placement {
   bool is_partial() const { return kind == Kind::partial; }
   bool is_replicate() const { return kind == Kind::replicate; }
   bool operator==(const Placement&) const = default;
-  std::string str() const;  // "R", "S(1)", "P"
+  std::string str() const;      // "R", "S(1)", "P"
+  std::string dtensor() const;  // as PyTorch's DTensor prints it: "Replicate()", "Shard(dim=1)", "Partial(sum)"
 };
 
-using Placements = std::vector<Placement>;  // one per mesh dim
+using Placements = std::vector<Placement>;
+// The list as DTensor prints a placements tuple: "(Shard(dim=0), Replicate())".
+std::string dtensor_str(const std::vector<Placement>& p);  // one per mesh dim
 std::string str(const Placements& p);      // "[S(0),R]"
-Placements parse_placements(const std::string& s, int mesh_ndim);  // "S(0),R" or "[S(0),R]"
+// "S(0),R", "[S(0),R]", or DTensor's spelling "(Shard(dim=0), Replicate())", "Shard(0), Partial()".
+Placements parse_placements(const std::string& s, int mesh_ndim);
 
 // torch.chunk: [begin, end) of chunk i of n elements split k ways.
 struct Range {
