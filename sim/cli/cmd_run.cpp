@@ -116,6 +116,11 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
       out.push_back({f.key, "--" + name, placement ? replicated_text : f.run_default});
     }
   }
+  // cuBLASLt runs the tensor cores that hopper-tc:cublas models bit for bit, and no other mode:
+  // with that backend and no --mode, run takes that one rather than refusing the default.
+  if (!given("mode") && given("backend") && vm["backend"].as<std::string>() == "cuda-cublaslt") {
+    out.push_back({Key::mode, "--mode", "hopper-tc:cublas"});
+  }
   if (vm["pow2-scales"].as<bool>()) out.push_back({Key::pow2_scales, "--pow2-scales", "true"});
   if (vm["fp8-dispatch"].as<bool>()) out.push_back({Key::fp8_dispatch, "--fp8-dispatch", "true"});
   return out;
@@ -239,7 +244,8 @@ int cmd_run(const Args& args) {
   desc.add_options()("help,h", "show this help")(
       "list", po::bool_switch(), "list the scenarios the mesh admits (valid and rejected with the reason)");
   for (const KeyFlag& f : kRunFlags) {
-    const std::string dflt = f.run_default ? f.run_default : std::string(scenarios::syntax(f.key).builtin);
+    std::string dflt = f.run_default ? f.run_default : std::string(scenarios::syntax(f.key).builtin);
+    if (f.key == Key::mode) dflt += "; hopper-tc:cublas with --backend cuda-cublaslt";
     desc.add_options()(f.flag, po::value<std::string>(), cat(f.help, " (default ", dflt, ")").c_str());
   }
   desc.add_options()("pow2-scales", po::bool_switch(), "power-of-two scales")(

@@ -4,6 +4,7 @@
 // rows, and the undamaged file must read back exactly what was written.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -208,6 +209,44 @@ TEST_CASE("each kind of global-heap damage is refused with a message naming the 
     CHECK(err.find(damaged) != std::string::npos);
     CHECK(err.find("is damaged") != std::string::npos);
   }
+}
+
+TEST_CASE("an empty string's descriptor is checked too: libhdf5 reads its heap object whatever the length") {
+  // Found by CI's run of fuzz_results (SEGV in H5HG_read): libhdf5 1.10 reads the heap object of
+  // every descriptor with a non-zero collection address, an empty string's too (H5T__conv_vlen
+  // calls the read for a length of 0), and H5HG_read indexes the collection's object table with
+  // the descriptor's index unchecked. The guard used to skip descriptors of length 0.
+  const std::uint64_t seed = fp8moe::test::seed_for(164);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  const std::string path = write_sweep(dir, random_rows(seed, 40));
+  auto bytes = slurp(path);
+  // An empty string's descriptor: {length 0, a collection's address, the index of one of its
+  // objects of size 0}, found in the table's chunks by its bytes.
+  std::size_t at = 0;
+  for (const std::size_t c : collections(bytes)) {
+    for (const HeapObject& o : objects(bytes, c)) {
+      if (o.index == 0 || o.size != 0) continue;
+      std::vector<unsigned char> d(16, 0);
+      for (int i = 0; i < 8; ++i) d[4 + static_cast<std::size_t>(i)] = static_cast<unsigned char>(c >> (8 * i));
+      for (int i = 0; i < 4; ++i) d[12 + static_cast<std::size_t>(i)] = static_cast<unsigned char>(o.index >> (8 * i));
+      const auto it = std::search(bytes.begin(), bytes.end(), d.begin(), d.end());
+      if (it != bytes.end()) at = static_cast<std::size_t>(it - bytes.begin());
+      if (at) break;
+    }
+    if (at) break;
+  }
+  REQUIRE_MESSAGE(at != 0, "no empty string among the random rows (seed " << seed << ")");
+  put_le(bytes, at + 12, 4, 4000000000u);  // an index far past the collection's objects
+  const std::string damaged = dir.file("damaged.h5");
+  spit(damaged, bytes);
+  const std::string err = read_error(damaged);
+  CHECK(err.find("names object 4000000000") != std::string::npos);
+  CHECK(err.find("no such object") != std::string::npos);
+  CHECK(err.find(damaged) != std::string::npos);
+  // The undamaged file still reads, its empty strings empty.
+  const auto back = fp8moe::results::read_cases(fp8moe::results::open_sweep(path));
+  CHECK(back.size() == 40);
 }
 
 TEST_CASE("the result-file fuzzer's libhdf5 findings are refused, not crashed on") {

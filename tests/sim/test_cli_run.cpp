@@ -60,3 +60,21 @@ TEST_CASE("bad input: one line, exit 2") {
     CHECK(r.lines() == 1);
   }
 }
+
+TEST_CASE("--backend cuda-cublaslt without --mode runs hopper-tc:cublas, the mode that models it") {
+  // On a GPU machine the case runs; here it gets as far as the backend (no CUDA device), past the
+  // expansion that refuses any other mode for cuBLASLt.
+  const Run r = run("--level op --mesh tp=2 --rhs 'S(1)' --backend cuda-cublaslt");
+  CAPTURE(r.output);
+  CHECK_FALSE(has(r, "use mode hopper-tc:cublas"));
+  if (r.rc == 0) {
+    CHECK(has(r, "mode hopper-tc/cublas"));
+  } else {
+    CHECK(r.rc == 2);
+    CHECK(has(r, "cuda-cublaslt"));
+  }
+  const Run other = run("--level op --mesh tp=2 --rhs 'S(1)' --backend cuda-cublaslt --mode promote-fp32:cublas");
+  CAPTURE(other.output);
+  CHECK(other.rc == 2);
+  CHECK(has(other, "use mode hopper-tc:cublas"));
+}
