@@ -4,11 +4,11 @@
 #include <fmt/core.h>
 
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "reference/error.hpp"
 #include "scenarios/keys.hpp"
 #include "sim/cli/command.hpp"
+#include "sim/sweep/json_out.hpp"
 #include "sim/sweep/check.hpp"
 
 namespace fp8moe::cli {
@@ -62,17 +62,17 @@ void print_table(const sim::CheckReport& r) {
   }
 }
 
-void print_json(const sim::CheckReport& r, const std::string& expect, const std::string& why) {
-  nlohmann::json j;
+void print_check_json(const sim::CheckReport& r, const std::string& expect, const std::string& why) {
+  sim::Json j;
   j["case_key"] = r.case_key;
   for (const sim::TensorCheck& t : r.tensors) {
-    nlohmann::json jt{{"tensor", t.tensor}, {"shape", t.shape},     {"dtype", t.dtype},
+    sim::Json jt{{"tensor", t.tensor}, {"shape", t.shape},     {"dtype", t.dtype},
                       {"equal", t.equal},   {"reading", t.reading}, {"quantization", t.quantization}};
     for (const sim::ModelMatch& m : t.models) {
-      nlohmann::json jm{{"model", m.model},
+      sim::Json jm{{"model", m.model},
                         {"bitwise_equal_frac", m.bitwise_frac},
-                        {"max_ulp", std::isinf(m.max_ulp) ? nlohmann::json("inf") : nlohmann::json(m.max_ulp)},
-                        {"sqnr_db", std::isfinite(m.sqnr_db) ? nlohmann::json(m.sqnr_db) : nlohmann::json(fmt::format("{}", m.sqnr_db))},
+                        {"max_ulp", sim::json_number(m.max_ulp)},
+                        {"sqnr_db", sim::json_number(m.sqnr_db)},
                         {"mismatches", m.mismatches},
                         {"where", m.where}};
       if (m.mismatches) jm["first"] = {{"at", m.first}, {"model", m.model_value}, {"yours", m.user_value}};
@@ -81,7 +81,7 @@ void print_json(const sim::CheckReport& r, const std::string& expect, const std:
     j["tensors"].push_back(jt);
   }
   if (!expect.empty()) j["expect"] = {{"spec", expect}, {"holds", why.empty()}, {"why", why}};
-  fmt::print("{}\n", j.dump(2));
+  sim::print_json(j);
 }
 
 }  // namespace
@@ -123,7 +123,7 @@ int cmd_check(const Args& args) {
   const std::string expect = vm.count("expect") ? vm["expect"].as<std::string>() : "";
   const std::string why = expect.empty() ? "" : sim::check_expectation(r, expect);
   if (format == "json") {
-    print_json(r, expect, why);
+    print_check_json(r, expect, why);
   } else {
     print_table(r);
     if (!expect.empty()) fmt::print("# expect {}: {}\n", expect, why.empty() ? "holds" : "does not hold: " + why);

@@ -4,15 +4,34 @@
 
 #include "kernels/device_info.hpp"
 #include "sim/cli/command.hpp"
+#include "reference/error.hpp"
+#include "sim/sweep/json_out.hpp"
 #include "sim/sweep/provenance.hpp"
 
 namespace fp8moe::cli {
 
 int cmd_info(const Args& args) {
   po::options_description desc("fp8moe info options");
-  desc.add_options()("help,h", "show this help");
+  desc.add_options()("help,h", "show this help")("format", po::value<std::string>()->default_value("table"),
+                                                  "table or json (keys: the provenance attributes of a sweep file)");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe info")) return 0;
+  if (!parse(args, desc, vm, "usage: fp8moe info [--format table|json]")) return 0;
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "table" && format != "json") fail("--format ", format, ": use table or json");
+  if (format == "json") {
+    sim::Json j = sim::Json::object();
+    for (const auto& [name, value] : sim::provenance()) j[name] = value;
+    const kernels::CudaInfo cuda = kernels::query_cuda();
+    sim::Json devices = sim::Json::array();
+    for (const auto& d : cuda.devices) {
+      devices.push_back({{"index", d.index}, {"name", d.name}, {"sm", fmt::format("{}{}", d.sm_major, d.sm_minor)},
+                         {"sm_count", d.sm_count}, {"total_mem_bytes", d.total_mem}, {"uuid", d.uuid}});
+    }
+    j["cuda"] = {{"built", cuda.compiled}, {"runtime_version", cuda.runtime_version},
+                 {"driver_version", cuda.driver_version}, {"devices", devices}, {"error", cuda.error}};
+    sim::print_json(j);
+    return 0;
+  }
   for (const auto& [name, value] : sim::provenance()) {
     if (name == "nccl_env") {
       fmt::print("{:<15} {}\n", name, value.empty() ? "(no NCCL_* variables)" : "");

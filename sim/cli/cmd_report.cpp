@@ -14,6 +14,7 @@
 #include "scenarios/scenario.hpp"
 #include "sim/cli/command.hpp"
 #include "sim/sweep/gate.hpp"
+#include "sim/sweep/json_out.hpp"
 #include "sim/sweep/table.hpp"
 
 namespace fp8moe::cli {
@@ -55,6 +56,19 @@ std::string describe(const Run& r) {
                      r.version, r.git_sha.substr(0, 12), r.started);
 }
 
+// The file's facts under their attribute names (json output).
+sim::Json describe_json(const Run& r) {
+  return sim::Json{{"path", r.path},
+                   {"status", r.status},
+                   {"status_message", r.status_message},
+                   {"rows", r.rows.size()},
+                   {"cases_done", r.cases_done},
+                   {"cases_total", r.cases_total},
+                   {"tool_version", r.version},
+                   {"git_sha", r.git_sha},
+                   {"started_utc", r.started}};
+}
+
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   for (const std::string& x : scenarios::split_values(s, false)) {
@@ -75,27 +89,38 @@ int cmd_report(const Args& args) {
   po::options_description desc("fp8moe report options");
   desc.add_options()("help,h", "show this help")
       ("file", po::value<std::string>(), "a sweep result file")
-      ("format", po::value<std::string>()->default_value("table"), "table, csv or markdown")
+      ("format", po::value<std::string>()->default_value("table"), "table, markdown, csv or json (csv and json: every "
+       "column of the cases table under its own name, full precision)")
       ("group-by", po::value<std::string>()->default_value(""), "summarise per group of these columns, e.g. plan,pass")
       ("columns", po::value<std::string>()->default_value(""), "rows: show these columns of the cases table instead");
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe report FILE [--format table|csv|markdown] [--group-by KEYS]", &pos)) return 0;
+  if (!parse(args, desc, vm,
+             "usage: fp8moe report FILE [--format table|markdown|csv|json] [--group-by KEYS | --columns NAMES]", &pos)) {
+    return 0;
+  }
   if (!vm.count("file")) fail("give the sweep file to report on: fp8moe report FILE");
   const sim::TableFormat tf = sim::parse_table_format(vm["format"].as<std::string>());
+  const bool json = tf == sim::TableFormat::json;
   const Run run = load(vm["file"].as<std::string>());
-  if (tf != sim::TableFormat::csv) fmt::print("# {}\n", describe(run));
+  if (!json && tf != sim::TableFormat::csv) fmt::print("# {}\n", describe(run));
   const std::vector<std::string> keys = split_commas(vm["group-by"].as<std::string>());
   if (keys.empty()) {
     std::vector<sim::Column> cols;
     const auto names = split_commas(vm["columns"].as<std::string>());
-    if (names.empty()) {
-      cols = sim::sweep_columns();
-    } else {
+    if (!names.empty()) {
       for (const auto& n : names) cols.push_back(sim::field_column(n));
+    } else if (tf == sim::TableFormat::csv || json) {
+      cols = sim::all_field_columns();
+    } else {
+      cols = sim::sweep_columns();
     }
-    fmt::print("{}", sim::format_rows(run.rows, cols, tf));
+    if (json) {
+      sim::print_json({{"file", describe_json(run)}, {"rows", sim::Json::parse(sim::format_rows(run.rows, cols, tf))}});
+    } else {
+      fmt::print("{}", sim::format_rows(run.rows, cols, tf));
+    }
     return 0;
   }
   for (const auto& k : keys) (void)sim::field_column(k);  // unknown names fail here
@@ -107,7 +132,7 @@ int cmd_report(const Args& args) {
   }
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> head = keys;
-  for (const char* h : {"rows", "min_sqnr_hp64", "median_sqnr_hp64", "max_sqnr_hp64", "min_sqnr_single", "bitwise_rows",
+  for (const char* h : {"rows", "min_sqnr_db", "median_sqnr_db", "max_sqnr_db", "min_sqnr_vs_single_db", "bitwise_rows",
                         "not_ok"}) {
     head.emplace_back(h);
   }
@@ -123,17 +148,21 @@ int cmd_report(const Args& args) {
     }
     std::vector<std::string> row = g;
     row.push_back(std::to_string(rows.size()));
-    row.push_back(format_db(*std::min_element(db.begin(), db.end())));
-    row.push_back(format_db(median(db)));
-    row.push_back(format_db(*std::max_element(db.begin(), db.end())));
-    row.push_back(format_db(*std::min_element(single.begin(), single.end())));
+    row.push_back(sim::format_number(*std::min_element(db.begin(), db.end()), tf));
+    row.push_back(sim::format_number(median(db), tf));
+    row.push_back(sim::format_number(*std::max_element(db.begin(), db.end()), tf));
+    row.push_back(sim::format_number(*std::min_element(single.begin(), single.end()), tf));
     row.push_back(std::to_string(bitwise));
     row.push_back(std::to_string(bad));
     cells.push_back(std::move(row));
   }
   std::vector<bool> numeric(keys.size(), false);
   numeric.resize(head.size(), true);
-  fmt::print("{}", sim::format_cells(cells, tf, numeric));
+  if (json) {
+    sim::print_json({{"file", describe_json(run)}, {"group_by", keys}, {"groups", sim::cells_json(cells, numeric)}});
+  } else {
+    fmt::print("{}", sim::format_cells(cells, tf, numeric));
+  }
   return 0;
 }
 
@@ -171,13 +200,14 @@ PairVerdict judge(const CaseRow& ra, const CaseRow& rb, double thr) {
 }
 
 struct Comparison {
-  std::vector<std::vector<std::string>> cells{{"case", "scenario", "mesh", "plan", "pass", "tensor", "mode", "sqnr_A",
-                                               "sqnr_B", "delta_dB", "single_A", "single_B", "bitwise", "verdict"}};
+  std::vector<std::vector<std::string>> cells{{"case_id", "scenario", "mesh", "plan", "pass", "tensor", "mode", "sqnr_db_a",
+                                               "sqnr_db_b", "delta_db", "sqnr_vs_single_db_a", "sqnr_vs_single_db_b",
+                                               "bitwise", "verdict"}};
   int matched = 0, only_a = 0, only_b = 0, worse = 0, better = 0, lost = 0, gained = 0, changed = 0;
 };
 
 // B's rows matched to A's by case identity (and backend, when both ran the same backends).
-Comparison compare_runs(const Run& a, const Run& b, double thr, bool all) {
+Comparison compare_runs(const Run& a, const Run& b, double thr, bool all, sim::TableFormat tf) {
   std::set<std::string> backends_a, backends_b;
   for (const CaseRow& r : a.rows) backends_a.insert(r.backend);
   for (const CaseRow& r : b.rows) backends_b.insert(r.backend);
@@ -204,8 +234,9 @@ Comparison compare_runs(const Run& a, const Run& b, double thr, bool all) {
     if (!all && v.verdict == "same") continue;
     const std::string bitwise = v.bit_a == v.bit_b ? (v.bit_a ? "kept" : "-") : (v.bit_a ? "LOST" : "gained");
     c.cells.push_back({std::to_string(ra.case_id), ra.scenario, ra.mesh, ra.level == "op" ? ra.placements : ra.plan,
-                       ra.pass, ra.tensor, ra.mode, format_db(ra.sqnr_db), format_db(rb.sqnr_db), format_db(v.delta),
-                       format_db(ra.sqnr_vs_single_db), format_db(rb.sqnr_vs_single_db), bitwise, v.verdict});
+                       ra.pass, ra.tensor, ra.mode, sim::format_number(ra.sqnr_db, tf), sim::format_number(rb.sqnr_db, tf),
+                       sim::format_number(v.delta, tf), sim::format_number(ra.sqnr_vs_single_db, tf),
+                       sim::format_number(rb.sqnr_vs_single_db, tf), bitwise, v.verdict});
   }
   c.only_b = static_cast<int>(b.rows.size()) - static_cast<int>(seen.size());
   return c;
@@ -217,7 +248,7 @@ int cmd_compare(const Args& args) {
   po::options_description desc("fp8moe compare options");
   desc.add_options()("help,h", "show this help")
       ("files", po::value<std::vector<std::string>>()->multitoken(), "two sweep files: A (before) and B (after)")
-      ("format", po::value<std::string>()->default_value("table"), "table, csv or markdown")
+      ("format", po::value<std::string>()->default_value("table"), "table, markdown, csv or json")
       ("threshold", po::value<double>()->default_value(0.5), "a drop of more than this many dB is a regression")
       ("all", po::bool_switch(), "list every matched row, not only the changed ones")
       ("identical", po::bool_switch(), "exit 1 unless every row of B is in A with identical metrics (B may be a "
@@ -225,7 +256,7 @@ int cmd_compare(const Args& args) {
   po::positional_options_description pos;
   pos.add("files", 2);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe compare A.h5 B.h5 [--threshold DB] [--format table|csv|markdown] [--all] [--identical]", &pos)) {
+  if (!parse(args, desc, vm, "usage: fp8moe compare A.h5 B.h5 [--threshold DB] [--format table|markdown|csv|json] [--all] [--identical]", &pos)) {
     return 0;
   }
   const auto files = vm.count("files") ? vm["files"].as<std::vector<std::string>>() : std::vector<std::string>{};
@@ -235,17 +266,29 @@ int cmd_compare(const Args& args) {
   // NaN compares false with every drop, a negative threshold counts identical rows as regressions.
   if (!std::isfinite(thr) || thr < 0) fail("--threshold ", thr, ": give a finite number of dB >= 0, e.g. --threshold 0.5");
   const Run a = load(files[0]), b = load(files[1]);
-  const Comparison c = compare_runs(a, b, thr, vm["all"].as<bool>());
-  if (tf != sim::TableFormat::csv) fmt::print("# A = {}\n# B = {}\n", describe(a), describe(b));
+  const Comparison c = compare_runs(a, b, thr, vm["all"].as<bool>(), tf);
+  const bool want_identical = vm["identical"].as<bool>();
+  const bool identical = !(c.changed || c.only_b || c.matched == 0);
   const std::vector<bool> numeric{true, false, false, false, false, false, false, true, true, true, true, true, false, false};
+  if (tf == sim::TableFormat::json) {
+    sim::Json j{{"a", describe_json(a)}, {"b", describe_json(b)}, {"threshold_db", thr},
+                {"rows", sim::cells_json(c.cells, numeric)},
+                {"summary", {{"matched", c.matched}, {"identical", c.matched - c.changed}, {"only_a", c.only_a},
+                             {"only_b", c.only_b}, {"regressions", c.worse}, {"better", c.better},
+                             {"bitwise_lost", c.lost}, {"bitwise_gained", c.gained}}}};
+    if (want_identical) j["identical"] = identical;
+    sim::print_json(j);
+    return want_identical && !identical ? 1 : 0;
+  }
+  if (tf != sim::TableFormat::csv) fmt::print("# A = {}\n# B = {}\n", describe(a), describe(b));
   if (c.cells.size() > 1) fmt::print("{}", sim::format_cells(c.cells, tf, numeric));
   if (tf != sim::TableFormat::csv) {
     fmt::print("# compare: {} rows matched ({} identical), {} only in A, {} only in B; {} regressions (> {} dB or "
                "bitwise lost), {} better; bitwise lost {}, gained {}\n",
                c.matched, c.matched - c.changed, c.only_a, c.only_b, c.worse, thr, c.better, c.lost, c.gained);
   }
-  if (!vm["identical"].as<bool>()) return 0;
-  if (c.changed || c.only_b || c.matched == 0) {
+  if (!want_identical) return 0;
+  if (!identical) {
     fmt::print(stderr, "compare --identical: {} of {} matched rows differ, {} rows only in B: not identical\n", c.changed,
                c.matched, c.only_b);
     return 1;
@@ -261,12 +304,19 @@ int cmd_gate(const Args& args) {
       ("file", po::value<std::string>(), "a sweep result file")
       ("gates", po::value<std::string>(), "a gates file (default: the built-in scenarios/gates.ini)")
       ("baseline", po::value<std::string>(), "a baseline sweep file: no row may drop more than --max-drop dB")
-      ("max-drop", po::value<double>()->default_value(0.5), "allowed drop against the baseline, dB");
+      ("max-drop", po::value<double>()->default_value(0.5), "allowed drop against the baseline, dB")
+      ("format", po::value<std::string>()->default_value("table"), "table or json");
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe gate FILE [--gates FILE] [--baseline FILE] [--max-drop DB]", &pos)) return 0;
+  if (!parse(args, desc, vm, "usage: fp8moe gate FILE [--gates FILE] [--baseline FILE] [--max-drop DB] [--format table|json]",
+             &pos)) {
+    return 0;
+  }
   if (!vm.count("file")) fail("give the sweep file to gate: fp8moe gate FILE");
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "table" && format != "json") fail("--format ", format, ": use table or json");
+  const bool json = format == "json";
   std::vector<sim::Gate> gates;
   if (vm.count("gates")) {
     const std::string path = vm["gates"].as<std::string>();
@@ -283,19 +333,34 @@ int cmd_gate(const Args& args) {
   const Run run = load(vm["file"].as<std::string>());
   std::optional<Run> base;
   if (vm.count("baseline")) base = load(vm["baseline"].as<std::string>());
-  fmt::print("# gate {}\n", describe(run));
   sim::GateReport rep = sim::check_gates(run.rows, gates);
   if (base) sim::check_baseline(run.rows, base->rows, max_drop, rep);
   sim::check_identities(run.rows, base ? &base->rows : nullptr, gates, rep);
-  bool incomplete = run.status != "complete";
+  const bool incomplete = run.status != "complete";
+  const bool ok = rep.failures.empty() && !incomplete;
+  const std::string incomplete_why =
+      incomplete ? fmt::format("the sweep is {} ({} of {} cases): finish it with fp8moe sweep --resume {}", run.status,
+                               run.cases_done, run.cases_total, run.path)
+                 : std::string();
+  if (json) {
+    sim::Json failures = sim::Json::array();
+    for (const sim::GateFailure& f : rep.failures) {
+      failures.push_back({{"gate", f.gate}, {"row", sim::row_label(*f.row)}, {"case_id", f.row->case_id},
+                          {"pass", f.row->pass}, {"tensor", f.row->tensor}, {"mode", f.row->mode},
+                          {"sqnr_db", sim::json_number(f.row->sqnr_db)}, {"message", f.message}});
+    }
+    if (incomplete) failures.push_back({{"gate", "status"}, {"message", incomplete_why}});
+    sim::Json j{{"file", describe_json(run)}, {"rows", rep.rows}, {"rows_gated", rep.rows_gated},
+                {"checks", rep.checks}, {"gates", gates.size()}, {"failures", failures}, {"pass", ok}};
+    if (base) j["baseline"] = {{"path", base->path}, {"max_drop_db", max_drop}};
+    sim::print_json(j);
+    return ok ? 0 : 1;
+  }
+  fmt::print("# gate {}\n", describe(run));
   for (const sim::GateFailure& f : rep.failures) {
     fmt::print("FAIL {}: {}: {}\n", f.gate, sim::row_label(*f.row), f.message);
   }
-  if (incomplete) {
-    fmt::print("FAIL status: the sweep is {} ({} of {} cases): finish it with fp8moe sweep --resume {}\n", run.status,
-               run.cases_done, run.cases_total, run.path);
-  }
-  const bool ok = rep.failures.empty() && !incomplete;
+  if (incomplete) fmt::print("FAIL status: {}\n", incomplete_why);
   fmt::print("# gate: {} rows, {} under a gate, {} checks against {} gates{}: {} failures -> {}\n", rep.rows,
              rep.rows_gated, rep.checks, gates.size(),
              base ? fmt::format(" and the baseline {} (max drop {} dB)", base->path, max_drop) : std::string(),

@@ -96,14 +96,28 @@ int cmd_list(const Args& args) {
   desc.add_options()("help,h", "show this help")
       ("files", po::value<std::vector<std::string>>()->multitoken(), "scenario files (default: the built-in default)")
       ("only", po::value<std::string>()->default_value(""), "as for sweep")
-      ("backend", po::value<std::string>()->default_value(""), "as for sweep");
+      ("backend", po::value<std::string>()->default_value(""), "as for sweep")
+      ("status", po::value<std::string>()->default_value(""), "only the rows to run (run) or the rejected ones (rejected)")
+      ("reason", po::value<std::string>()->default_value(""), "only rejected rows whose reason contains this text")
+      ("format", po::value<std::string>()->default_value("table"), "table, markdown, csv or json");
   po::positional_options_description pos;
   pos.add("files", -1);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe list [FILE...] [--only PATTERN] [--backend B]", &pos)) return 0;
+  if (!parse(args, desc, vm,
+             "usage: fp8moe list [FILE...] [--only PATTERN] [--backend B] [--status run|rejected] [--reason TEXT] "
+             "[--format table|markdown|csv|json]",
+             &pos)) {
+    return 0;
+  }
   std::vector<std::string> files;
   if (vm.count("files")) files = vm["files"].as<std::vector<std::string>>();
-  return sim::list_cases(files, vm["only"].as<std::string>(), vm["backend"].as<std::string>());
+  sim::ListOptions opt;
+  opt.only = vm["only"].as<std::string>();
+  opt.backend = vm["backend"].as<std::string>();
+  opt.status = vm["status"].as<std::string>();
+  opt.reason = vm["reason"].as<std::string>();
+  opt.format = vm["format"].as<std::string>();
+  return sim::list_cases(files, opt);
 }
 
 }  // namespace fp8moe::cli

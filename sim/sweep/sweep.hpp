@@ -56,7 +56,14 @@ std::pair<int, int> parse_shard(const std::string& s);
 // non-finite result, 130 interrupted; bad input throws fp8moe::Error (exit 2, no file written).
 int run_sweep(const SweepOptions& opt);
 
-// `fp8moe list`: the expanded cases of the files, runnable and rejected with the reason.
-int list_cases(const std::vector<std::string>& files, const std::string& only, const std::string& backend);
+// `fp8moe list`: the expanded cases of the files, runnable and rejected with the reason, the
+// placements (op) or plan (layer) on every row, then a count per rejection reason.
+struct ListOptions {
+  std::string only, backend;  // as for sweep
+  std::string status;         // "", "run" or "rejected": only those rows
+  std::string reason;         // only rejected rows whose reason contains this text
+  std::string format = "table";  // table, markdown, csv or json
+};
+int list_cases(const std::vector<std::string>& files, const ListOptions& opt);
 
 }  // namespace fp8moe::sim

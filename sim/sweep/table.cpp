@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "reference/error.hpp"
+#include "sim/sweep/json_out.hpp"
 
 namespace fp8moe::sim {
 
@@ -15,7 +16,21 @@ TableFormat parse_table_format(const std::string& s) {
   if (s == "table") return TableFormat::table;
   if (s == "csv") return TableFormat::csv;
   if (s == "markdown" || s == "md") return TableFormat::markdown;
-  fail("unknown format '", s, "': use table, csv or markdown");
+  if (s == "json") return TableFormat::json;
+  fail("unknown format '", s, "': use table, csv, markdown or json");
+}
+
+std::string format_number(double v, TableFormat f) {
+  if (f == TableFormat::table || f == TableFormat::markdown) return format_db(v);
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return fmt::format("{:.17g}", v);
+}
+
+std::vector<Column> all_field_columns() {
+  std::vector<Column> cols;
+  for (const std::string& n : results::case_columns()) cols.push_back(field_column(n));
+  return cols;
 }
 
 const std::vector<Column>& sweep_columns() {
@@ -129,6 +144,7 @@ std::string format_cells(const std::vector<std::vector<std::string>>& cells, Tab
   std::string out;
   if (cells.empty()) return out;
   const std::size_t nc = cells.front().size();
+  if (f == TableFormat::json) return cells_json(cells, numeric).dump(2) + "\n";
   if (f == TableFormat::csv) {
     for (const auto& row : cells) {
       for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + csv_quote(row[i]);
@@ -163,6 +179,15 @@ std::string format_cells(const std::vector<std::vector<std::string>>& cells, Tab
 }
 
 std::string format_rows(const std::vector<CaseRow>& rows, const std::vector<Column>& cols, TableFormat f) {
+  if (f == TableFormat::json) {
+    Json out = Json::array();
+    for (const CaseRow& r : rows) {
+      Json o = Json::object();
+      for (const Column& c : cols) o[c.header] = c.get ? Json(c.get(r)) : row_json(r, {c.header})[c.header];
+      out.push_back(std::move(o));
+    }
+    return out.dump(2) + "\n";
+  }
   std::vector<std::vector<std::string>> cells;
   std::vector<bool> numeric;
   std::vector<std::string> head;
@@ -173,7 +198,10 @@ std::string format_rows(const std::vector<CaseRow>& rows, const std::vector<Colu
   cells.push_back(head);
   for (const CaseRow& r : rows) {
     std::vector<std::string> row;
-    for (const Column& c : cols) row.push_back(cell(c, r));
+    for (const Column& c : cols) {
+      // csv: a field column at full precision, as the cases table holds it
+      row.push_back(f == TableFormat::csv && !c.get ? results::column_text(r, c.header).value_or("") : cell(c, r));
+    }
     cells.push_back(std::move(row));
   }
   return format_cells(cells, f, numeric);

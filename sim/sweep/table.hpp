@@ -9,8 +9,14 @@
 
 namespace fp8moe::sim {
 
-enum class TableFormat { table, csv, markdown };
-TableFormat parse_table_format(const std::string& s);  // table | csv | markdown
+// csv and json carry the cases table's own column names and full precision (%.17g text in CSV,
+// typed numbers in JSON: sim/sweep/json_out.hpp); table and markdown are for reading (dB to 2
+// decimals).
+enum class TableFormat { table, csv, markdown, json };
+TableFormat parse_table_format(const std::string& s);  // table | csv | markdown | json
+// The text of a number in format `f`: dB to 2 decimals for reading, %.17g (reads back exactly)
+// for csv and json.
+std::string format_number(double v, TableFormat f);
 
 struct Column {
   std::string header;
@@ -40,8 +46,13 @@ class StreamTable {
   std::vector<std::size_t> width_;
 };
 
+// Rows in format `f`; json gives an array of objects keyed by the column headers (a field column's
+// value typed as in the cases table).
 std::string format_rows(const std::vector<results::CaseRow>& rows, const std::vector<Column>& cols, TableFormat f);
-// A generic string table in the chosen format (first row: headers).
+// Every column of the cases table under its own name (the csv and json default of `report`).
+std::vector<Column> all_field_columns();
+// A generic string table in the chosen format (first row: headers; json: an array of objects,
+// `numeric` cells as numbers).
 std::string format_cells(const std::vector<std::vector<std::string>>& cells, TableFormat f,
                          const std::vector<bool>& numeric);
 

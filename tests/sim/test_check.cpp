@@ -143,7 +143,10 @@ TEST_CASE("check under a placement: the Partial sums of a split contraction matc
     CHECK(placed.tensors[0].equal == models);
     const auto single = sim::run_check(check_flags(in, "1", {{Key::pass, pass}}), models, out + ":tp");
     CHECK(single.tensors[0].equal.empty());
-    CHECK(single.tensors[0].models[0].sqnr_db > 30);  // close to the single device, yet not it
+    // Close to the single device, yet not it: K = 384 splits into 192 per rank, so fwd's
+    // quantization blocks move. Both are FP8 results within the op floor (27 dB, SPEC 9.1) of the
+    // truth, so their difference is at most twice that error: >= 27 - 20 log10(2) = 20.98 dB.
+    CHECK(single.tensors[0].models[0].sqnr_db > 20.98);
   }
 }
 
