@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <sstream>
+#include <set>
 #include <string>
 
 #include "reference/error.hpp"
@@ -20,7 +22,25 @@ bool parse(const Args& args, const po::options_description& desc, po::variables_
   if (pos) parser.positional(*pos);
   po::store(parser.run(), vm);
   if (vm.count("help")) {
-    std::cout << usage << "\n\n" << desc << "\n";
+    // The positional plumbing (--file, --files) is the usage line's FILE: not listed as an option.
+    std::set<std::string> hidden;
+    if (pos) {
+      for (unsigned i = 0; i < std::min(pos->max_total_count(), 16u); ++i) hidden.insert("--" + pos->name_for_position(i) + " ");
+    }
+    std::ostringstream text;
+    text << desc;
+    std::istringstream lines(text.str());
+    std::string out, line;
+    bool skipping = false;
+    while (std::getline(lines, line)) {
+      const bool option_line = line.rfind("  -", 0) == 0;
+      if (option_line) {
+        skipping = false;
+        for (const std::string& h : hidden) skipping = skipping || line.rfind("  " + h, 0) == 0;
+      }
+      if (!skipping) out += line + "\n";
+    }
+    std::cout << usage << "\n\n" << out << "\n";
     return false;
   }
   po::notify(vm);
@@ -82,7 +102,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"sweep", cmd_sweep, "run every case of scenario files: a table on stdout, results in HDF5 (the main job)"},
     {"list", cmd_list, "show the cases scenario files expand to, and why rejected ones cannot run"},
-    {"report", cmd_report, "print a sweep file's results as a table, CSV or Markdown, optionally grouped"},
+    {"report", cmd_report, "print a sweep file's results as a table, Markdown, CSV or JSON, optionally grouped"},
     {"compare", cmd_compare, "per-case dB and bitwise changes between two sweep files"},
     {"gate", cmd_gate, "check a sweep file against floors, bitwise identities and a baseline (CI)"},
     {"merge", cmd_merge, "join the result files of a sharded sweep (--shard I/N) into one"},

@@ -210,3 +210,16 @@ TEST_CASE("info --format json: the provenance keys of a sweep file and the CUDA 
   CHECK(j["cuda"].contains("built"));
   CHECK(j["cuda"]["devices"].is_array());
 }
+
+TEST_CASE("--help lists options, not the positional plumbing behind FILE") {
+  for (const char* cmd : {"report", "compare", "gate", "list", "sweep", "merge"}) {
+    const Run r = fp8moe::test::run_cli(cmd, "--help");
+    CAPTURE(cmd);
+    CAPTURE(r.output);
+    CHECK(r.rc == 0);
+    CHECK(has(r, "usage: fp8moe"));
+    CHECK(!has(r, "--file arg"));
+    CHECK(!has(r, "--files arg"));
+    CHECK(has(r, "--help"));
+  }
+}
