@@ -57,14 +57,14 @@ if [[ $what == all || $what == sweeps ]]; then
   # over NCCL (world-size-1 cases on one GPU), each bitwise against the committed CPU baseline;
   # cuda-cublaslt against the floors; then the production shapes on cuda-cublaslt.
   base=results/baselines/ci.h5
-  for run in "simt_fake:--backend cuda-simt --mesh fake" "simt_fakegpu:--backend cuda-simt --mesh fake-gpu" \
-             "nccl:--mesh nccl" "simt_nccl:--backend cuda-simt --mesh nccl"; do
+  for run in "simt_fake:--backend cuda-simt --runtime fake" "simt_fakegpu:--backend cuda-simt --runtime fake-gpu" \
+             "nccl:--runtime nccl" "simt_nccl:--backend cuda-simt --runtime nccl"; do
     name=${run%%:*}
     # shellcheck disable=SC2086
     step sweeps "$bin/fp8moe" sweep scenarios/ci.ini ${run#*:} --out "$res/ci_$name.h5" --force -q
     step sweeps "$bin/fp8moe" compare "$base" "$res/ci_$name.h5" --identical
   done
-  step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --mesh fake-gpu --out "$res/ci_cublaslt.h5" --force -q
+  step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cublaslt --runtime fake-gpu --out "$res/ci_cublaslt.h5" --force -q
   # cuBLASLt against its bit-exact model: the identity gate cublaslt_is_hopper_tc against the CPU
   # baseline's hopper-tc:cublas rows (and the floors)
   step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5" --baseline "$base"
@@ -74,7 +74,7 @@ if [[ $what == all || $what == sweeps ]]; then
   if [[ -f $bin/fp8moe-mpi ]] && command -v mpirun >/dev/null; then
     step sweeps env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1 \
       OMPI_MCA_hwloc_base_binding_policy=none OMP_NUM_THREADS=1 \
-      mpirun -np 4 --oversubscribe --allow-run-as-root "$bin/fp8moe" sweep scenarios/ci.ini --mesh mpi \
+      mpirun -np 4 --oversubscribe --allow-run-as-root "$bin/fp8moe" sweep scenarios/ci.ini --runtime mpi \
       --out "$res/ci_mpi.h5" --force -q
     step sweeps "$bin/fp8moe" compare "$base" "$res/ci_mpi.h5" --identical
   fi

@@ -16,7 +16,7 @@ cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-benc
 stage=$(mktemp -d)
 mkdir -p "$stage/bin"
 cp "$build/bin/fp8moe" "$build/kernels/fp8moe-bench-kernels" "$stage/bin/"
-# Optional: the MPI-linked CLI that `fp8moe --mesh mpi` (and --mesh nccl under mpirun) re-executes
+# Optional: the MPI-linked CLI that `fp8moe --runtime mpi` (and --runtime nccl under mpirun) re-executes
 # as; built only where Open MPI was found. The plain fp8moe runs without it.
 if [[ -f $build/bin/fp8moe-mpi ]]; then cp "$build/bin/fp8moe-mpi" "$stage/bin/"; fi
 # GPU suites live under tests/kernels (kernels/, the CUDA backend), tests/sim (the fake-gpu mesh) or tests/comm (NCCL).

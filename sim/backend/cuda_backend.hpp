@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backends (device code in kernels/; this is the thin sim/ adapter). Operands cross the
 // Backend interface as host tensors: every op uploads its inputs, runs on the GPU, and downloads
-// its output. Between ops the collectives run in FakeCommunicator (host) or, with --mesh fake-gpu,
+// its output. Between ops the collectives run in FakeCommunicator (host) or, with --runtime fake-gpu,
 // in CudaFakeCommunicator (sim/comm/cuda_fake_communicator.hpp), which stages them on the GPU.
 //
 // | backend       | hp64                  | promote-fp32                                   | other modes |
@@ -49,7 +49,7 @@ struct CudaCaseShape {
   std::int64_t n = 0, k = 0;         // op level: N, K
   std::int64_t dim = 0, hidden = 0;  // layer level: D, H
   int world = 1;                     // ranks of the mesh
-  bool fake_gpu = false;             // its collectives run on this GPU (--mesh fake-gpu)
+  bool fake_gpu = false;             // its collectives run on this GPU (--runtime fake-gpu)
   GemmOptions gemm;
 };
 struct CudaCaseBytes {

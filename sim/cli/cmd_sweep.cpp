@@ -20,6 +20,33 @@ std::string join_args(const char* cmd, const Args& args) {
 }
 }  // namespace
 
+namespace {
+
+// --runtime, or its old name --mesh: in run and in scenario files `mesh` is a mesh's shape
+// (dp=2,tp=2), so sweep's choice of how ranks run has its own name now. The old spelling keeps
+// working with a note; a shape given to it is named as such.
+std::string runtime_flag(const po::variables_map& vm) {
+  if (vm.count("runtime") && vm.count("mesh")) {
+    fail("--runtime ", vm["runtime"].as<std::string>(), " and --mesh ", vm["mesh"].as<std::string>(),
+         ": give one (--mesh is the old name of --runtime)");
+  }
+  std::string kind = "fake";
+  if (vm.count("runtime")) kind = vm["runtime"].as<std::string>();
+  if (vm.count("mesh")) {
+    kind = vm["mesh"].as<std::string>();
+    if (kind.find('=') != std::string::npos) {
+      fail("--mesh ", kind, " is a mesh shape: a sweep takes its meshes from the scenario files (mesh = ", kind,
+           "); --runtime chooses how the ranks run (fake, fake-gpu, mpi or nccl)");
+    }
+    fmt::print(stderr, "# note: sweep --mesh {} is now spelled --runtime {} (--mesh names a mesh's shape elsewhere)\n",
+               kind, kind);
+  }
+  (void)sim::parse_mesh_kind(kind);  // a bad kind is named before anything runs
+  return kind;
+}
+
+}  // namespace
+
 int cmd_sweep(const Args& args) {
   po::options_description desc("fp8moe sweep options");
   desc.add_options()("help,h", "show this help")
@@ -34,15 +61,16 @@ int cmd_sweep(const Args& args) {
       ("save-tensors", po::bool_switch(), "write every case's inputs and outputs under /tensors")
       ("quiet,q", po::bool_switch(), "no progress on stderr")
       ("threads", po::value<int>()->default_value(0), "OpenMP threads (0 = all cores)")
-      ("mesh", po::value<std::string>()->default_value("fake"), "how ranks run: fake (every rank in this process), "
+      ("runtime", po::value<std::string>(), "how ranks run: fake (every rank in this process; the default), "
        "fake-gpu (every rank on one GPU), mpi (one process per rank under mpirun), nccl (one GPU per rank)")
+      ("mesh", po::value<std::string>(), "the old name of --runtime (still read; a mesh's shape is the scenario key mesh)")
       ("timeout", po::value<double>()->default_value(600), "seconds a collective may take before the run ends (mpi, nccl)")
       ("shard", po::value<std::string>(), "run the I-th of N disjoint slices of the cases, I/N (fp8moe merge joins them)");
   po::positional_options_description pos;
   pos.add("files", -1);
   po::variables_map vm;
   if (!parse(args, desc, vm, "usage: fp8moe sweep [FILE...] [--only PATTERN] [--backend B] [--out FILE] [--resume FILE] "
-             "[--save-blocks] [--save-tensors] [--threads N] [--mesh fake|fake-gpu|mpi|nccl] [--shard I/N]", &pos)) {
+             "[--save-blocks] [--save-tensors] [--threads N] [--runtime fake|fake-gpu|mpi|nccl] [--shard I/N]", &pos)) {
     return 0;
   }
   set_threads(vm["threads"].as<int>());
@@ -55,7 +83,7 @@ int cmd_sweep(const Args& args) {
     o.resume = vm["resume"].as<std::string>();
     if (!o.files.empty() || !o.settings.only.empty() || !o.settings.backend.empty() || !o.out.empty() || vm["save-blocks"].as<bool>() ||
         vm["save-tensors"].as<bool>() || vm.count("shard")) {
-      fail("--resume takes its scenarios and options from the file: give it alone (with --threads, --quiet, --mesh ",
+      fail("--resume takes its scenarios and options from the file: give it alone (with --threads, --quiet, --runtime ",
            "and --timeout at most)");
     }
   }
@@ -64,8 +92,7 @@ int cmd_sweep(const Args& args) {
   o.settings.save_tensors = vm["save-tensors"].as<bool>();
   o.quiet = vm["quiet"].as<bool>();
   o.argv = join_args("sweep", args);
-  o.mesh = vm["mesh"].as<std::string>();
-  (void)sim::parse_mesh_kind(o.mesh);  // a bad --mesh is named before anything runs
+  o.mesh = runtime_flag(vm);
   o.timeout_s = vm["timeout"].as<double>();
   if (!(o.timeout_s > 0)) fail("--timeout must be > 0 seconds, got ", o.timeout_s);
   if (vm.count("shard")) std::tie(o.settings.shard_index, o.settings.shard_count) = sim::parse_shard(vm["shard"].as<std::string>());

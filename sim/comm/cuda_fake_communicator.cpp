@@ -208,8 +208,8 @@ struct CudaFakeCommunicator::Impl {
 
 CudaFakeCommunicator::CudaFakeCommunicator(Mesh mesh) : Communicator(std::move(mesh)), impl_(std::make_unique<Impl>()) {
   if (kernels::cuda_device_count() == 0) {
-    fail("--mesh fake-gpu (mesh ", mesh_.str(), ") needs a CUDA device, but cudaGetDeviceCount found none: ",
-         "use --mesh fake, or run on a GPU machine");
+    fail("--runtime fake-gpu (mesh ", mesh_.str(), ") needs a CUDA device, but cudaGetDeviceCount found none: ",
+         "use --runtime fake, or run on a GPU machine");
   }
   FP8MOE_CUDA_CHECK(cudaGetDevice(&impl_->device), "fake-gpu communicator for mesh ", mesh_.str());
   FP8MOE_CUDA_CHECK(cudaStreamCreate(&impl_->stream), "fake-gpu communicator for mesh ", mesh_.str(), " on device ",

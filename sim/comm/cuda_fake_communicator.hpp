@@ -1,5 +1,5 @@
 #pragma once
-// Every rank of a mesh on one GPU (`fp8moe sweep --mesh fake-gpu`, issue 5 item 4): each member's
+// Every rank of a mesh on one GPU (`fp8moe sweep --runtime fake-gpu`, issue 5 item 4): each member's
 // buffer of a collective has a device image, the collective runs on those images (device-to-device
 // cudaMemcpyAsync on one stream, reductions in kernels/comm_reduce.cu in reduce_chunk()'s order),
 // and the host images are written back. Bitwise FakeCommunicator's results (NaN-free data: see

@@ -5,8 +5,8 @@
 namespace fp8moe::sim::detail {
 
 std::unique_ptr<Communicator> make_fake_gpu_communicator(const Mesh& mesh) {
-  fail("--mesh fake-gpu (mesh ", mesh.str(), "): this fp8moe was built without CUDA; build where the CUDA toolkit ",
-       "is installed (scripts/build.sh finds it at /usr/local/cuda) or use --mesh fake");
+  fail("--runtime fake-gpu (mesh ", mesh.str(), "): this fp8moe was built without CUDA; build where the CUDA toolkit ",
+       "is installed (scripts/build.sh finds it at /usr/local/cuda) or use --runtime fake");
 }
 
 }  // namespace fp8moe::sim::detail

@@ -1,5 +1,5 @@
 #pragma once
-// The MPI communicator (--mesh mpi): one process per rank, CPU buffers. A RankCommunicator over
+// The MPI communicator (--runtime mpi): one process per rank, CPU buffers. A RankCommunicator over
 // MpiTransport: the size agreement is an MPI_Allgather on the mesh's communicator (the first
 // mesh.world() ranks of the launch), the data moves on one sub-communicator per group
 // (MPI_Comm_create_group, cached per group vector): all_gather with MPI_Allgatherv (uneven

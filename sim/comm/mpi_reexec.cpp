@@ -1,5 +1,5 @@
 // The plain fp8moe does not link MPI (the GPU machines' image may lack libmpi, reference/SPEC.md 15.1):
-// --mesh mpi, and --mesh nccl under a launcher, re-execute the process as fp8moe-mpi, the same
+// --runtime mpi, and --runtime nccl under a launcher, re-execute the process as fp8moe-mpi, the same
 // CLI linked with MPI, found next to this binary. fp8moe-mpi links sim/comm/mpi_runtime.cpp,
 // whose strong definitions replace the weak ones below (see mpi_runtime.hpp for why the linker
 // picks them).
@@ -45,9 +45,9 @@ namespace detail {
   fail(why, ": could not execute ", mpi.string(), ": ", std::strerror(errno));
 }
 
-[[gnu::weak]] std::unique_ptr<MeshRuntime> make_mpi_runtime(const RuntimeOptions&) { reexec_as_mpi("--mesh mpi"); }
+[[gnu::weak]] std::unique_ptr<MeshRuntime> make_mpi_runtime(const RuntimeOptions&) { reexec_as_mpi("--runtime mpi"); }
 
-[[gnu::weak]] std::shared_ptr<MpiLaunch> mpi_launch() { reexec_as_mpi("--mesh nccl under a launcher"); }
+[[gnu::weak]] std::shared_ptr<MpiLaunch> mpi_launch() { reexec_as_mpi("--runtime nccl under a launcher"); }
 
 }  // namespace detail
 }  // namespace fp8moe::sim

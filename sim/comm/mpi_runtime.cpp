@@ -1,4 +1,4 @@
-// The MPI launch and the MPI mesh runtime (--mesh mpi), linked into fp8moe-mpi only. Their
+// The MPI launch and the MPI mesh runtime (--runtime mpi), linked into fp8moe-mpi only. Their
 // strong definitions of detail::make_mpi_runtime and detail::mpi_launch replace the re-exec
 // stubs of mpi_reexec.cpp (mpi_runtime.hpp says why the linker picks these).
 #include "sim/comm/mpi_runtime.hpp"
@@ -209,7 +209,7 @@ class MpiRuntime final : public MeshRuntime {
   std::string cannot_run(const Mesh& mesh) const override {
     if (mesh.world() <= launch_->world()) return "";
     if (launch_->singleton()) {
-      return cat("mesh ", mesh.str(), " needs ", mesh.world(), " ranks but --mesh mpi was started without a launcher ",
+      return cat("mesh ", mesh.str(), " needs ", mesh.world(), " ranks but --runtime mpi was started without a launcher ",
                  "(one process): ", relaunch_hint(mesh.world()));
     }
     return cat("mesh ", mesh.str(), " needs ", mesh.world(), " ranks, mpirun started ", launch_->world());

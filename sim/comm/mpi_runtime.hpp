@@ -10,8 +10,8 @@
 // given to the linker win over an archive member, and an archive member is only pulled in for a
 // symbol still undefined, so fp8moe-mpi gets the MPI definitions and fp8moe the re-exec.
 //
-// MpiLaunch serves the MPI runtime (--mesh mpi) and the NCCL runtime's multi-process mode
-// (--mesh nccl under mpirun: one GPU per process, the NCCL unique id broadcast through MPI).
+// MpiLaunch serves the MPI runtime (--runtime mpi) and the NCCL runtime's multi-process mode
+// (--runtime nccl under mpirun: one GPU per process, the NCCL unique id broadcast through MPI).
 // MPI is initialised once per process (MPI_THREAD_MULTIPLE) and finalised at exit. Every
 // blocking MPI call is watched: one that has not returned after its timeout prints which rank
 // waits in which call and ends the whole job with MPI_Abort (never a hang).
@@ -60,7 +60,7 @@ namespace detail {
 // re-executes the process as fp8moe-mpi and does not return (or throws when there is none).
 std::shared_ptr<MpiLaunch> mpi_launch();
 // Re-executes this process as fp8moe-mpi with the same arguments; throws saying why it cannot.
-// `why` names the option that needs it ("--mesh mpi", "--mesh nccl under mpirun").
+// `why` names the option that needs it ("--runtime mpi", "--runtime nccl under mpirun").
 [[noreturn]] void reexec_as_mpi(const char* why);
 }  // namespace detail
 

@@ -1,5 +1,5 @@
 #pragma once
-// The NCCL communicator (--mesh nccl): one GPU per rank. A RankCommunicator over NcclTransport:
+// The NCCL communicator (--runtime nccl): one GPU per rank. A RankCommunicator over NcclTransport:
 // the size agreement is an ncclAllGather of int64 headers on the mesh's communicator; the data
 // moves on one communicator per mesh dim (ncclCommSplit, colour = the rank's group of that dim)
 // with grouped ncclSend/ncclRecv (uneven all_gather and all_to_all) and ncclBroadcast; the

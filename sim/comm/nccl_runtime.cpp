@@ -1,4 +1,4 @@
-// The NCCL mesh runtime (--mesh nccl): one GPU per rank, in one of two launch modes.
+// The NCCL mesh runtime (--runtime nccl): one GPU per rank, in one of two launch modes.
 //
 //   threads  no launcher: one process, one thread per GPU (rank r on device r); a mesh larger
 //            than the visible GPUs cannot run. The NCCL unique id is shared inside the process.
@@ -80,7 +80,7 @@ class NcclThreadRuntime final : public MeshRuntime {
 
   std::string cannot_run(const Mesh& mesh) const override {
     if (mesh.world() <= devices_) return "";
-    return cat("mesh ", mesh.str(), " needs ", mesh.world(), " GPUs (--mesh nccl without a launcher: one thread per GPU) ",
+    return cat("mesh ", mesh.str(), " needs ", mesh.world(), " GPUs (--runtime nccl without a launcher: one thread per GPU) ",
                "but this process sees ", devices_, devices_ == 0 ? " (no CUDA device)" : "",
                "; use a machine with more GPUs, or mpirun across hosts");
   }
@@ -196,12 +196,12 @@ class NcclMpiRuntime final : public MeshRuntime {
     for (std::size_t r = 0; r < static_cast<std::size_t>(mesh.world()); ++r) {
       if (devices_[r].rfind("none", 0) == 0) {
         return cat("mesh ", mesh.str(), ": rank ", r, " on host ", hosts[r], " has no GPU of its own: ", devices_[r],
-                   " (--mesh nccl: one GPU per rank)");
+                   " (--runtime nccl: one GPU per rank)");
       }
       for (std::size_t q = 0; q < r; ++q) {
         if (hosts[q] == hosts[r] && devices_[q] == devices_[r]) {
           return cat("mesh ", mesh.str(), ": ranks ", q, " and ", r, " on host ", hosts[r], " would share the GPU ",
-                     devices_[r], " (--mesh nccl: one GPU per rank)");
+                     devices_[r], " (--runtime nccl: one GPU per rank)");
         }
       }
     }

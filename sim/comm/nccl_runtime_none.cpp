@@ -5,8 +5,8 @@
 namespace fp8moe::sim::detail {
 
 std::unique_ptr<MeshRuntime> make_nccl_runtime(const RuntimeOptions&) {
-  fail("--mesh nccl: this fp8moe was built without CUDA and NCCL; build where the CUDA toolkit with NCCL is ",
-       "installed, or use --mesh fake / --mesh mpi");
+  fail("--runtime nccl: this fp8moe was built without CUDA and NCCL; build where the CUDA toolkit with NCCL is ",
+       "installed, or use --runtime fake / --runtime mpi");
 }
 
 }  // namespace fp8moe::sim::detail

@@ -67,7 +67,7 @@ MeshKind parse_mesh_kind(const std::string& s) {
   for (const auto& [kind, name] : kKinds) {
     if (s == name) return kind;
   }
-  fail("unknown --mesh '", s, "': use fake (every rank in this process, CPU), fake-gpu (every rank on one GPU), ",
+  fail("unknown --runtime '", s, "': use fake (every rank in this process, CPU), fake-gpu (every rank on one GPU), ",
        "mpi (one process per rank under mpirun) or nccl (one GPU per rank)");
 }
 
@@ -90,16 +90,16 @@ std::unique_ptr<MeshRuntime> make_mesh_runtime(MeshKind kind, const RuntimeOptio
     case MeshKind::fake_gpu:
       if (launched_with_ranks()) {
         fail("fp8moe was started as several ranks by a launcher (mpirun/srun) with --mesh ", mesh_kind_name(kind),
-             ": every copy would run the whole sweep on its own; use --mesh mpi (CPU) or --mesh nccl (GPUs), ",
+             ": every copy would run the whole sweep on its own; use --runtime mpi (CPU) or --runtime nccl (GPUs), ",
              "or start one copy without the launcher");
       }
       if (kind == MeshKind::fake_gpu) {
         // Refused here, as --backend cuda-* is, rather than by every case (a file of error rows).
         const kernels::CudaInfo cuda = kernels::query_cuda();
         if (cuda.devices.empty()) {
-          fail("--mesh fake-gpu needs a CUDA device, but ",
+          fail("--runtime fake-gpu needs a CUDA device, but ",
                cuda.error.empty() ? std::string("cudaGetDeviceCount found none") : cuda.error,
-               ": use --mesh fake, or run on a GPU machine");
+               ": use --runtime fake, or run on a GPU machine");
         }
       }
       return std::make_unique<FakeRuntime>(kind);

@@ -68,17 +68,17 @@ class MeshRuntime {
 };
 
 // The runtime of `kind`. Throws with the reason (and the fix) when it is not available: a build
-// without CUDA for fake-gpu/nccl, the MPI plugin missing, or --mesh mpi started without a
+// without CUDA for fake-gpu/nccl, the MPI plugin missing, or --runtime mpi started without a
 // launcher on a multi-rank mesh.
 std::unique_ptr<MeshRuntime> make_mesh_runtime(MeshKind kind, const RuntimeOptions& opt = {});
 
 // True when this process was started by a launcher (mpirun/srun: OMPI_COMM_WORLD_SIZE,
 // PMI_SIZE, PMIX_RANK, SLURM_NTASKS > 1 ...) with more than one rank. A launch of several copies
-// of fp8moe without --mesh mpi|nccl is refused (it would run N independent copies).
+// of fp8moe without --runtime mpi|nccl is refused (it would run N independent copies).
 bool launched_with_ranks();
 
 // main() records its arguments so that a runtime can re-execute the process (the plain fp8moe
-// hands --mesh mpi over to fp8moe-mpi, the same CLI linked with MPI, next to it).
+// hands --runtime mpi over to fp8moe-mpi, the same CLI linked with MPI, next to it).
 void remember_argv(int argc, char** argv);
 const std::vector<std::string>& process_argv();
 

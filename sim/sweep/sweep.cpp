@@ -414,7 +414,7 @@ void read_resumed(Sweep& s) {
   s.files = files_from_text(s.opt.settings.scenario_text, s.out);
   const std::string mesh = f.attr_string("mesh_runtime").value_or("fake");
   if (mesh != s.opt.mesh) {
-    fail("'", s.out, "' was swept with --mesh ", mesh, ": resume it with --mesh ", mesh,
+    fail("'", s.out, "' was swept with --runtime ", mesh, ": resume it with --runtime ", mesh,
          " so that every case runs on the same kind of mesh");
   }
   if (!s.opt.quiet) fmt::print(stderr, "# resuming '{}' (status {})\n", s.out, status);
@@ -458,7 +458,7 @@ void expand_for_launch(const Sweep& s, SweepPlan& p) {
   }
   if (p.ex.runnable == 0) {
     fail("no case to run: ", p.ex.cases.size(), " expanded, all rejected", st.only.empty() ? "" : " or filtered by --only",
-         p.launch_rejected ? fmt::format(" ({} because this --mesh {} launch cannot hold their mesh)", p.launch_rejected, s.opt.mesh)
+         p.launch_rejected ? fmt::format(" ({} because this --runtime {} launch cannot hold their mesh)", p.launch_rejected, s.opt.mesh)
                            : std::string(),
          " (fp8moe list shows why)");
   }
@@ -488,7 +488,7 @@ void plan_cases(const Sweep& s, SweepPlan& p) {
     take_shard(s.opt.settings, p);
   });
   if (s.root && p.launch_rejected) {
-    fmt::print(stderr, "# fp8moe sweep: {} cases rejected because this --mesh {} launch cannot hold their mesh, e.g.: {}\n",
+    fmt::print(stderr, "# fp8moe sweep: {} cases rejected because this --runtime {} launch cannot hold their mesh, e.g.: {}\n",
                p.launch_rejected, s.opt.mesh, p.launch_why);
   }
 }
@@ -601,7 +601,7 @@ StreamTable start_table(const Sweep& s, const SweepPlan& p) {
   StreamTable table(sweep_columns_for(hints), hints);
   if (s.root) {
     const SweepSettings& st = s.opt.settings;
-    fmt::print("# fp8moe sweep: {} cases ({} to run{}, {} rejected: fp8moe list shows why) on --mesh {} -> {}\n",
+    fmt::print("# fp8moe sweep: {} cases ({} to run{}, {} rejected: fp8moe list shows why) on --runtime {} -> {}\n",
                p.ex.cases.size(), p.runnable.size(),
                p.other_shards ? fmt::format(" in shard {}/{}, {} in the others", st.shard_index, st.shard_count,
                                             p.other_shards)
@@ -647,7 +647,7 @@ bool stop_on_signal(Sweep& s, const Progress& progress, std::size_t n_done, std:
   if (!(s.rt.any(g_signal.load() != 0) && n_done < n_cases)) return false;
   const std::string why = fmt::format("interrupted by signal {} after {} of {} cases: fp8moe sweep --resume {}{}",
                                       g_signal.load(), n_done, n_cases, s.out,
-                                      s.opt.mesh == "fake" ? "" : " --mesh " + s.opt.mesh);
+                                      s.opt.mesh == "fake" ? "" : " --runtime " + s.opt.mesh);
   if (s.root) {
     finish_file(s, "interrupted", why);
     progress.clear_line();
@@ -718,7 +718,7 @@ int run_cases(Sweep& s, const SweepPlan& p) {
 }  // namespace
 
 int run_sweep(const SweepOptions& opt) {
-  // First: the runtime (--mesh mpi re-executes as fp8moe-mpi here, before anything is written).
+  // First: the runtime (--runtime mpi re-executes as fp8moe-mpi here, before anything is written).
   RuntimeOptions ro;
   ro.timeout_s = opt.timeout_s;
   const std::unique_ptr<MeshRuntime> rt = make_mesh_runtime(parse_mesh_kind(opt.mesh), ro);

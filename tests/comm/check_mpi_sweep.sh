@@ -11,7 +11,7 @@ scenario=$4
 work=$5
 mkdir -p "$work"
 "$fp8moe" sweep "$scenario" --out "$work/fake.h5" --force -q >"$work/fake.txt"
-"$mpiexec" -np 4 "${flags[@]}" "$fp8moe" sweep "$scenario" --mesh mpi --out "$work/mpi.h5" --force -q >"$work/mpi.txt"
+"$mpiexec" -np 4 "${flags[@]}" "$fp8moe" sweep "$scenario" --runtime mpi --out "$work/mpi.h5" --force -q >"$work/mpi.txt"
 tail -1 "$work/mpi.txt"
 "$fp8moe" compare "$work/fake.h5" "$work/mpi.h5" --identical | tail -2
 # Both tables print the same rows.

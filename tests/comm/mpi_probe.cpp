@@ -4,7 +4,7 @@
 //                       naming rank 0 and the all_gather.
 //   mpi_probe throw     under mpirun -np 2: rank 1 raises an error only it sees while rank 0
 //                       waits in an all_gather; the job must end, the message carrying the error.
-//   mpi_probe singleton without mpirun: --mesh mpi on a mesh of 2 ranks must be refused with a
+//   mpi_probe singleton without mpirun: --runtime mpi on a mesh of 2 ranks must be refused with a
 //                       message naming mpirun (exit 0 when it is, 1 otherwise).
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
 #pragma once
-// The device-memory estimate's view of a case run on the GPU fake mesh (--mesh fake-gpu):
+// The device-memory estimate's view of a case run on the GPU fake mesh (--runtime fake-gpu):
 // CudaCaseShape from an op scenario or a layer config, for the suites that hold the staging arena
 // against cuda_case_device_bytes() (test_cuda_fake_comm.cpp on the GPU, test_fake_gpu_staging.cpp
 // on the CPU).

@@ -322,10 +322,10 @@ TEST_CASE("exit codes and silent acceptance: fake-gpu, --threads, duplicate sect
   const Run info = cli("info", "");
   if (!has(info, "sm_")) {  // no CUDA device: refused up front like --backend cuda-*, no file of error rows
     const std::string out = scratch("fake_gpu.h5");
-    const Run r = cli("sweep", quote(ini) + " -q --mesh fake-gpu --out " + quote(out));
+    const Run r = cli("sweep", quote(ini) + " -q --runtime fake-gpu --out " + quote(out));
     CAPTURE(r.output);
     CHECK(r.rc == 2);
-    CHECK(has(r, "--mesh fake-gpu needs a CUDA device"));
+    CHECK(has(r, "--runtime fake-gpu needs a CUDA device"));
     CHECK(kind(out) == '-');
   }
   for (const std::string& cmd : {"sweep " + quote(ini) + " --out " + quote(scratch("t.h5")), std::string("gemm"),

@@ -145,7 +145,7 @@ TEST_CASE("an existing result needs --force or --resume, and --resume takes noth
   CHECK(has(r3, "give I/N with 0 <= I < N"));
   const Run r4 = cli("sweep", quote(kSmall) + " --mesh grid");
   CHECK(r4.rc == 2);
-  CHECK(has(r4, "unknown --mesh 'grid'"));
+  CHECK(has(r4, "unknown --runtime 'grid'"));
 }
 
 TEST_CASE("list shows every expanded case, runnable and rejected with the reason") {
@@ -269,10 +269,10 @@ TEST_CASE("--shard I/N slices are disjoint and merge into the unsharded run") {
   CHECK_FALSE(fs::exists(bad));
 }
 
-TEST_CASE("--mesh mpi without MPI support, or fake under a launcher, is refused") {
+TEST_CASE("--runtime mpi without MPI support, or fake under a launcher, is refused") {
   const Run r = fp8moe::test::run_cli("sweep", quote(kSmall) + " --out " + quote(scratch("launch.h5")) + " -q");
   REQUIRE(r.rc == 0);
-  // Several ranks started by a launcher with --mesh fake would run N copies of the sweep.
+  // Several ranks started by a launcher with --runtime fake would run N copies of the sweep.
   const std::string cmd = "env OMPI_COMM_WORLD_SIZE=4 " + quote(FP8MOE_BIN) + " sweep " + quote(kSmall) + " --out " +
                           quote(scratch("launched.h5")) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -285,4 +285,22 @@ TEST_CASE("--mesh mpi without MPI support, or fake under a launcher, is refused"
   CHECK(WEXITSTATUS(status) == 2);
   CHECK(output.find("started as several ranks by a launcher") != std::string::npos);
   CHECK_FALSE(fs::exists(kDir + "/launched.h5"));
+}
+
+TEST_CASE("sweep --runtime names how ranks run, --mesh (its old name) still works with a note, a shape there is named") {
+  const std::string out = scratch("runtime_alias.h5");
+  const Run old = cli("sweep", quote(kSmall) + " --only op --mesh fake -q --force --out " + quote(out));
+  CAPTURE(old.output);
+  CHECK(old.rc == 0);
+  CHECK(has(old, "now spelled --runtime fake"));
+  const Run now = cli("sweep", quote(kSmall) + " --only op --runtime fake --force --out " + quote(out));
+  CAPTURE(now.output);
+  CHECK(now.rc == 0);
+  CHECK(has(now, "on --runtime fake"));
+  const Run shape = cli("sweep", quote(kSmall) + " --mesh dp=2,tp=2 --out " + quote(scratch("shape.h5")));
+  CHECK(shape.rc == 2);
+  CHECK(has(shape, "--mesh dp=2,tp=2 is a mesh shape"));
+  const Run both = cli("sweep", quote(kSmall) + " --mesh fake --runtime fake --out " + quote(scratch("both.h5")));
+  CHECK(both.rc == 2);
+  CHECK(has(both, "give one"));
 }
