@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+FP8MOE_TARGETS=fp8moe scripts/build.sh  # the CLI only: the tests are scripts/test.sh's
 exec build/bin/fp8moe sweep --force "$@"
