@@ -391,6 +391,121 @@ def heatmap(ax, values: pd.DataFrame, floors: pd.DataFrame | None = None, title=
     return div
 
 
+def sqnr_heatmap(ax, values: pd.DataFrame, floors: pd.DataFrame | None = None, title="",
+                 vmax_db=80.0, missing=""):
+    """Cells coloured by their absolute SQNR (viridis, 0 to vmax_db dB; +inf, bitwise equal, at
+    the top of the scale and written as such), so 23.5 and 28.8 dB look different; a cell below
+    its floor is hatched with a red edge and its value bold; a NaN (an error) is red. The floors
+    are the thresholds sqnr_colorbar marks."""
+    import matplotlib.colors as mcolors
+    import matplotlib.patches as mpatches
+    v = values.to_numpy(dtype=float)
+    fl = np.full_like(v, np.nan) if floors is None else \
+        floors.reindex(index=values.index, columns=values.columns).to_numpy(dtype=float)
+    present = ~np.isnan(v) | values.notna().to_numpy()
+    norm = mcolors.Normalize(vmin=0.0, vmax=vmax_db)
+    cmap = _cmap("viridis")
+    rgba = np.ones(v.shape + (4,))
+    for i, j in np.ndindex(v.shape):
+        if not present[i, j]:
+            continue
+        rgba[i, j] = (0.85, 0.2, 0.2, 1.0) if np.isnan(v[i, j]) else cmap(norm(np.clip(v[i, j], 0.0, vmax_db)))
+    ax.imshow(rgba, aspect="auto", interpolation="nearest")
+    for i, j in np.ndindex(v.shape):
+        if not present[i, j]:
+            ax.text(j, i, missing, ha="center", va="center", fontsize=7, color="0.6")
+            continue
+        below = not np.isnan(fl[i, j]) and not v[i, j] >= fl[i, j]
+        if below:
+            ax.add_patch(mpatches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="xx",
+                                            edgecolor="red", linewidth=2.0))
+        r, g, b, _ = rgba[i, j]
+        dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+        text = "\u221e bitwise" if np.isposinf(v[i, j]) else _fmt_db(v[i, j])
+        ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                color="white" if dark else "black", fontweight="bold" if below else "normal")
+    ax.set_xticks(range(v.shape[1]), [str(c) for c in values.columns], rotation=30, ha="right")
+    ax.set_yticks(range(v.shape[0]), [str(r) for r in values.index], fontsize=9)
+    ax.set_title(title, fontsize=11)
+    return norm
+
+
+def sqnr_colorbar(fig, axes, floors=(), vmax_db=80.0):
+    """The absolute-dB colour scale of sqnr_heatmap with each floor in `floors` drawn on it as a
+    red threshold line (the cells below it are the hatched ones)."""
+    import matplotlib.cm as cm
+    import matplotlib.colors as mcolors
+    sm = cm.ScalarMappable(norm=mcolors.Normalize(vmin=0.0, vmax=vmax_db), cmap=_cmap("viridis"))
+    cb = fig.colorbar(sm, ax=axes, shrink=0.85, pad=0.02)
+    marks = sorted({float(x) for x in floors if np.isfinite(x)})
+    for f in marks:
+        cb.ax.axhline(f, color="red", linewidth=2.0)
+    # The floors as red tick labels among the decades (a plain tick hidden where a floor sits close).
+    labelled = []  # floors closer than 2.5 dB share the first one's label (their lines all drawn)
+    for f in marks:
+        if not labelled or f - labelled[-1] >= 2.5:
+            labelled.append(f)
+    plain = [t for t in np.arange(0.0, vmax_db + 1e-9, 10.0) if all(abs(t - f) > 3.0 for f in labelled)]
+    ticks = sorted(plain + labelled)
+    cb.set_ticks(ticks)
+    cb.set_ticklabels([f"{t:g}" if t not in labelled else f"floor {t:g}" for t in ticks])
+    for label in cb.ax.get_yticklabels():
+        if label.get_text().startswith("floor"):
+            label.set_color("red")
+            label.set_fontsize(7)
+    cb.set_label("SQNR (dB); top: \u221e, bitwise equal\nred lines: the SPEC.md 9.2 floors (cells below: hatched)",
+                 fontsize=8)
+    return cb
+
+
+def sqnr_by_placement(df: pd.DataFrame, mode: str, backend: str | None = None, metric="sqnr_db",
+                      floor="floor_db"):
+    """SQNR against placement, one panel per pass (placements down the side, so their labels read
+    across): a point per placement at the worst seed, a bar from the worst to the best seed (the
+    spread across seeds), the pass's floor as a dashed red line; +inf (bitwise equal) drawn as a
+    triangle at the right edge. Returns the figure."""
+    import matplotlib.pyplot as plt
+    sub = df[(df["mode"] == mode) & ((df["backend"] == backend) if backend else True)]
+    cols = list(grid(sub, metric).columns)
+    cases = list(sub["case"].drop_duplicates())
+    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(min(4.0 * max(1, len(cols)) + 4.0, 18),
+                             min(18.0, max(3.0, 1.2 + 0.28 * len(cases)))),
+                             sharey=True, constrained_layout=True, squeeze=False)
+    vals = sub[metric].replace([np.inf, -np.inf], np.nan)
+    floors = sub[floor].dropna()
+    lows = ([float(vals.min())] if vals.notna().any() else []) + ([float(floors.min())] if not floors.empty else [])
+    lo_all = min(lows, default=0.0)
+    hi_all = float(vals.max()) if vals.notna().any() else 40.0
+    left, edge = max(0.0, lo_all - 3.0), hi_all + 4.0
+    y = {c: i for i, c in enumerate(cases)}
+    for ax, col in zip(axes[0], cols):
+        c = sub[sub["column"] == col]
+        worst = c.groupby("case", sort=False)[metric].min()
+        best = c.groupby("case", sort=False)[metric].max()
+        ys = [y[k] for k in worst.index]
+        ax.hlines(ys, worst.clip(upper=edge), best.clip(upper=edge), color="0.55", linewidth=4, alpha=0.5)
+        fin = np.isfinite(worst.to_numpy(dtype=float))
+        ax.scatter(worst[fin], np.array(ys)[fin], s=24, zorder=3, color="C0", label="worst seed")
+        if (~fin).any():
+            ax.scatter(np.full((~fin).sum(), edge), np.array(ys)[~fin], marker=">", s=40, zorder=3, color="C2",
+                       label="\u221e bitwise")
+        for f in c[floor].dropna().unique():
+            ax.axvline(f, color="red", ls="--", lw=1.2)
+            ax.text(f, -0.8, f"floor {f:g}", color="red", fontsize=7, ha="center", va="bottom")
+        ax.set_xlim(left, edge + 1.0)
+        ax.set_title(str(col), fontsize=10)
+        ax.set_xlabel(f"{metric} (dB)")
+        ax.grid(axis="x", color="0.9")
+    axes[0][0].set_yticks(range(len(cases)), cases, fontsize=7)
+    axes[0][0].invert_yaxis()
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    if handles:
+        axes[0][-1].legend(handles, labels, fontsize=7, loc="lower right")
+    fig.suptitle(f"{metric} by placement, mode {mode}" + (f", backend {backend}" if backend else "")
+                 + " (point: worst seed; bar: spread across seeds)", fontsize=10)
+    return fig
+
+
 def _cmap(name):
     import matplotlib
     return matplotlib.colormaps[name]

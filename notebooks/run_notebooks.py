@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NOTEBOOKS = ("overview", "blocks", "compare")
 # Figure name patterns each notebook must write (fp8moe_results.show(fig, FIG_DIR, name)).
 FIGURES = {
-    "overview": ("overview_sqnr_*.png", "overview_scatter.png", "overview_identities.png"),
+    "overview": ("overview_sqnr_*.png", "overview_by_placement_*.png", "overview_scatter.png", "overview_identities.png"),
     "blocks": ("blocks_tiles.png", "blocks_scales.png", "blocks_outliers.png",
                "blocks_outlier_tiles.png"),
     "compare": ("compare_scatter.png", "compare_delta_*.png"),
