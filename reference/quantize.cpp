@@ -3,6 +3,9 @@
 #include "reference/quantize.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
 
 #include "reference/checked.hpp"
 
@@ -54,6 +57,102 @@ void check_quant_options(const QuantOptions& opt) {
 
 float Quantized::scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const {
   return scales.data[static_cast<std::size_t>(layout.scale_index(e, r, c))];
+}
+
+double OperandStats::scale_std() const {
+  if (scaled_blocks == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double n = static_cast<double>(scaled_blocks), mean = scale_sum / n;
+  return std::sqrt(std::max(0.0, scale_sumsq / n - mean * mean));
+}
+
+double OperandStats::dynamic_range() const {
+  if (scaled_blocks == 0 || !(amax_min > 0)) return std::numeric_limits<double>::quiet_NaN();
+  return amax_max / amax_min;
+}
+
+void OperandStats::merge(const OperandStats& o) {
+  auto lo = [](double a, double b) { return std::isnan(a) ? b : std::isnan(b) ? a : std::min(a, b); };
+  auto hi = [](double a, double b) { return std::isnan(a) ? b : std::isnan(b) ? a : std::max(a, b); };
+  elements += o.elements;
+  blocks += o.blocks;
+  empty_blocks += o.empty_blocks;
+  underflow += o.underflow;
+  overflow += o.overflow;
+  nonfinite += o.nonfinite;
+  scaled_blocks += o.scaled_blocks;
+  scale_sum += o.scale_sum;
+  scale_sumsq += o.scale_sumsq;
+  scale_min = lo(scale_min, o.scale_min);
+  scale_max = hi(scale_max, o.scale_max);
+  amax_min = lo(amax_min, o.amax_min);
+  amax_max = hi(amax_max, o.amax_max);
+}
+
+OperandStats operand_stats(const TensorF& x, const Quantized& q) {
+  if (x.shape != q.codes.shape) {
+    fail("operand_stats: the input's shape does not match the codes' (give the input in the codes' layout)");
+  }
+  const QuantLayout& L = q.layout;
+  const std::int64_t nblocks = L.batch * L.scale_rows() * L.scale_cols();
+  std::vector<float> amax(static_cast<std::size_t>(nblocks), 0.0f);
+  std::vector<char> any_nonzero(static_cast<std::size_t>(nblocks), 0), any_nonfinite(static_cast<std::size_t>(nblocks), 0);
+  OperandStats s;
+  s.elements = x.numel();
+  s.blocks = nblocks;
+  // Pass 1: each block's amax over its finite inputs.
+  for (std::int64_t e = 0; e < L.batch; ++e) {
+    for (std::int64_t r = 0; r < L.rows; ++r) {
+      for (std::int64_t c = 0; c < L.cols; ++c) {
+        const float v = x.data[static_cast<std::size_t>(L.code_index(e, r, c))];
+        const auto b = static_cast<std::size_t>(L.scale_index(e, r, c));
+        if (!std::isfinite(v)) {
+          any_nonfinite[b] = 1;
+          continue;
+        }
+        if (v != 0.0f) any_nonzero[b] = 1;
+        amax[b] = std::max(amax[b], std::fabs(v));
+      }
+    }
+  }
+  for (std::size_t b = 0; b < amax.size(); ++b) {
+    if (!any_nonzero[b] && !any_nonfinite[b]) {
+      ++s.empty_blocks;
+      continue;
+    }
+    if (any_nonfinite[b]) continue;  // its scale says nothing of the data
+    const double sinv = q.scales.data[b], a = amax[b];
+    ++s.scaled_blocks;
+    s.scale_sum += sinv;
+    s.scale_sumsq += sinv * sinv;
+    s.scale_min = std::isnan(s.scale_min) ? sinv : std::min(s.scale_min, sinv);
+    s.scale_max = std::isnan(s.scale_max) ? sinv : std::max(s.scale_max, sinv);
+    s.amax_min = std::isnan(s.amax_min) ? a : std::min(s.amax_min, a);
+    s.amax_max = std::isnan(s.amax_max) ? a : std::max(s.amax_max, a);
+  }
+  // Pass 2: per element, against its block's multiplier and code.
+  const double fmax = fp8_max(q.format);
+  for (std::int64_t e = 0; e < L.batch; ++e) {
+    for (std::int64_t r = 0; r < L.rows; ++r) {
+      for (std::int64_t c = 0; c < L.cols; ++c) {
+        const std::int64_t i = L.code_index(e, r, c);
+        const float v = x.data[static_cast<std::size_t>(i)];
+        if (!std::isfinite(v)) {
+          ++s.nonfinite;
+          continue;
+        }
+        const auto b = static_cast<std::size_t>(L.scale_index(e, r, c));
+        if (any_nonfinite[b]) continue;  // a NaN or Inf amax: the block's codes are not the data's
+        // Beyond what the block's stored scale can represent: fmax * s_inv, with a margin of one
+        // part in 2^20 for the fp32 rounding of the scale (a block's own amax lands on the max by
+        // construction; only a scale not made from the block's data leaves values beyond it).
+        if (static_cast<double>(std::fabs(v)) > fmax * static_cast<double>(q.scales.data[b]) * (1.0 + 0x1p-20)) {
+          ++s.overflow;
+        }
+        if (v != 0.0f && fp8_decode(q.codes.data[static_cast<std::size_t>(i)], q.format) == 0.0f) ++s.underflow;
+      }
+    }
+  }
+  return s;
 }
 
 namespace {

@@ -15,6 +15,7 @@
 // Ragged M is zero-filled (a partial block's amax is over its real rows). K, N, D and, for the
 // K-grouped quantizers, every expert's token count must be multiples of B.
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <string>
@@ -97,6 +98,35 @@ struct Quantized {
   // s_inv for element (e, r, c) of the codes (e = 0 for 2-D codes).
   float scale_at(std::int64_t e, std::int64_t r, std::int64_t c) const;
 };
+
+// An operand's quantization as TransformerEngine's debug features report it, per operand role
+// (SPEC.md 8.4). Blocks whose inputs are all zero (token-group padding, zero rows) are "empty":
+// counted, and left out of the scale and dynamic-range figures, whose floor-clamped amax would
+// otherwise dominate them (TransformerEngine issue 2628: padding made its scale min always 0).
+// Mergeable: the layer's operands of one role are summed with `merge`.
+struct OperandStats {
+  std::int64_t elements = 0;
+  std::int64_t blocks = 0;
+  std::int64_t empty_blocks = 0;   // every input zero: no scale statistics from them
+  std::int64_t underflow = 0;      // non-zero finite inputs whose code is a zero
+  std::int64_t overflow = 0;       // finite inputs beyond fmax * s_inv of their block (clamped)
+  std::int64_t nonfinite = 0;      // NaN or Inf inputs
+  // Over the non-empty blocks with a finite amax: the stored scale s_inv (count, sum, sum of
+  // squares, min, max) and the amax (min, max).
+  std::int64_t scaled_blocks = 0;
+  double scale_sum = 0, scale_sumsq = 0;
+  double scale_min = std::numeric_limits<double>::quiet_NaN(), scale_max = std::numeric_limits<double>::quiet_NaN();
+  double amax_min = std::numeric_limits<double>::quiet_NaN(), amax_max = std::numeric_limits<double>::quiet_NaN();
+
+  double scale_std() const;      // population standard deviation of s_inv; NaN without a block
+  double dynamic_range() const;  // amax_max / amax_min over the non-empty blocks; NaN without one
+  void merge(const OperandStats& o);
+};
+
+// The statistics of `q`, the quantization of `x` (x in the codes' layout, the operand as the
+// quantizer saw it, padding rows included). `q` may hold scales not made from x (a user's codes
+// and scales): overflow counts the inputs beyond what their block's stored scale represents.
+OperandStats operand_stats(const TensorF& x, const Quantized& q);
 
 enum class WeightOrientation { fwd, dgrad };
 

@@ -32,7 +32,10 @@ namespace fp8moe::results {
   S(reduce_dtype) S(reduce_order) I8(fp8_dispatch) F64(lr) F64(sqnr_db) F64(sqnr_vs_single_db)            \
   F64(rel_err) F64(max_abs_err) F64(max_ulp) F64(bitwise_equal_frac) I8(block_aligned)                    \
   F64(underflow_frac) F64(saturated_frac) I64(nonfinite) I64(comm_bytes) F64(time_ms) S(status)           \
-  S(message) S(split_k)
+  S(message) S(split_k) F64(lhs_scale_min) F64(lhs_scale_max) F64(lhs_scale_std) F64(lhs_dynamic_range)     \
+  I64(lhs_underflow) I64(lhs_overflow) I64(lhs_nonfinite) I64(lhs_empty_blocks) F64(rhs_scale_min)          \
+  F64(rhs_scale_max) F64(rhs_scale_std) F64(rhs_dynamic_range) I64(rhs_underflow) I64(rhs_overflow)         \
+  I64(rhs_nonfinite) I64(rhs_empty_blocks)
 
 struct CaseRow {
 #define FP8MOE_S(n) std::string n;

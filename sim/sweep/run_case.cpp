@@ -178,8 +178,35 @@ LevelRun run_layer_level(const Case& c, const OnMesh& on_mesh, bool keep_tensors
   return out;
 }
 
+// The operand statistics of a role (SPEC.md 8.4) in the row's lhs_* or rhs_* columns; NaN scale
+// figures where no operand was quantized.
+void fill_operand_columns(CaseRow& row, const OperandStats& l, const OperandStats& r) {
+  auto put = [](const OperandStats& s, double& smin, double& smax, double& sstd, double& range, std::int64_t& under,
+                std::int64_t& over, std::int64_t& nonfinite, std::int64_t& empty) {
+    smin = s.scale_min, smax = s.scale_max, sstd = s.scale_std(), range = s.dynamic_range();
+    under = s.underflow, over = s.overflow, nonfinite = s.nonfinite, empty = s.empty_blocks;
+  };
+  put(l, row.lhs_scale_min, row.lhs_scale_max, row.lhs_scale_std, row.lhs_dynamic_range, row.lhs_underflow,
+      row.lhs_overflow, row.lhs_nonfinite, row.lhs_empty_blocks);
+  put(r, row.rhs_scale_min, row.rhs_scale_max, row.rhs_scale_std, row.rhs_dynamic_range, row.rhs_underflow,
+      row.rhs_overflow, row.rhs_nonfinite, row.rhs_empty_blocks);
+}
+
+// The roles of a case's quantized operands: op level the pass's lhs and rhs (quantized in that
+// order); layer level the activations and gradients (x, dy) and the weights (w1, w2, w3), merged.
+std::pair<OperandStats, OperandStats> role_stats(const LevelRun& run) {
+  OperandStats lhs, rhs;
+  for (std::size_t i = 0; i < run.ops.size(); ++i) {
+    const CaseTensors::Operand& op = run.ops[i];
+    const bool is_lhs = run.ops.size() == 2 ? i == 0 : (op.name == "x" || op.name == "dy");
+    (is_lhs ? lhs : rhs).merge(operand_stats(op.x, op.q));
+  }
+  return {lhs, rhs};
+}
+
 // One row per reported tensor: the case's fields, the metrics, the operands' statistics.
 std::vector<CaseRow> report_rows(const CaseRow& base, const LevelRun& run) {
+  const auto [lhs_stats, rhs_stats] = role_stats(run);
   std::int64_t elements = 0, underflow = 0, saturated = 0;
   for (const auto& op : run.ops) {
     elements += op.q.stats.elements;
@@ -197,6 +224,7 @@ std::vector<CaseRow> report_rows(const CaseRow& base, const LevelRun& run) {
     row.comm_bytes = run.report.comm_bytes_max_rank;
     row.underflow_frac = elements ? static_cast<double>(underflow) / static_cast<double>(elements) : 0.0;
     row.saturated_frac = elements ? static_cast<double>(saturated) / static_cast<double>(elements) : 0.0;
+    fill_operand_columns(row, lhs_stats, rhs_stats);
     fill_metrics(row, t);
     row.message = row.status == "fail" ? join({"non-finite result", message}, "; ") : message;
     rows.push_back(std::move(row));
@@ -211,6 +239,7 @@ CaseResult error_result(const CaseRow& base, const std::string& what) {
   row.tensor = "-";
   row.status = "error";
   row.sqnr_db = row.sqnr_vs_single_db = std::nan("");
+  fill_operand_columns(row, {}, {});
   row.message = what;
   res.rows.push_back(std::move(row));
   res.error = true;

@@ -140,7 +140,16 @@ void save_blocks(h5::Group g, const scenarios::Case& c, const CaseTensors& t) {
       }
       return sqnr_of(a, b);
     });
+    // 1 where every input of the block is zero (token-group padding, zero rows): the cases table
+    // leaves those out of its scale statistics (lhs_/rhs_empty_blocks counts them).
+    TensorD empty = per_tile(v, br, bc, three, [&](std::int64_t, std::int64_t, std::int64_t, const std::vector<std::int64_t>& idx) {
+      for (auto k : idx) {
+        if (op.x.data[static_cast<std::size_t>(k)] != 0.0f) return 0.0;
+      }
+      return 1.0;
+    });
     const std::string rs = op.name + "_brow", cs = op.name + "_bcol";
+    write_map(g, op.name + "_empty", empty, rs, cs, three, br, bc);
     write_map(g, op.name + "_amax", amax, rs, cs, three, br, bc);
     write_map(g, op.name + "_scale", scale, rs, cs, three, br, bc);
     write_map(g, op.name + "_block_sqnr", bs, rs, cs, three, br, bc);

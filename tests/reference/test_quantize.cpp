@@ -477,3 +477,131 @@ TEST_CASE("errors name the dimension, the value and the fix") {
 }
 
 }  // namespace
+
+namespace {
+
+// Statistics of one operand computed from the oracle's codes and scales and the block geometry
+// (rows x cols blocks of an (R, C) matrix), without reference/'s layout or scale code.
+struct OracleStats {
+  std::int64_t blocks = 0, empty = 0, underflow = 0, overflow = 0, nonfinite = 0, scaled = 0;
+  double smin = INFINITY, smax = -INFINITY, ssum = 0, ssq = 0, amin = INFINITY, amax = -INFINITY;
+};
+
+OracleStats oracle_stats(const std::vector<float>& x, std::int64_t R, std::int64_t C, std::int64_t br, std::int64_t bc,
+                         const orc::Result& o, Fp8Format f) {
+  OracleStats s;
+  const std::int64_t nbr = (R + br - 1) / br, nbc = (C + bc - 1) / bc;
+  const double fmax = orc::code_table(f).max_value;
+  for (std::int64_t i = 0; i < nbr; ++i) {
+    for (std::int64_t j = 0; j < nbc; ++j) {
+      ++s.blocks;
+      float a = 0;
+      bool nonzero = false, bad = false;
+      for (std::int64_t r = i * br; r < std::min(R, (i + 1) * br); ++r) {
+        for (std::int64_t c = j * bc; c < std::min(C, (j + 1) * bc); ++c) {
+          const float v = x[static_cast<std::size_t>(r * C + c)];
+          if (!std::isfinite(v)) {
+            bad = true;
+            ++s.nonfinite;
+            continue;
+          }
+          nonzero = nonzero || v != 0.0f;
+          a = std::max(a, std::fabs(v));
+        }
+      }
+      if (!nonzero && !bad) {
+        ++s.empty;
+        continue;
+      }
+      if (bad) continue;
+      const double sinv = o.scales[static_cast<std::size_t>(i * nbc + j)];
+      ++s.scaled;
+      s.smin = std::min(s.smin, sinv), s.smax = std::max(s.smax, sinv), s.ssum += sinv, s.ssq += sinv * sinv;
+      s.amin = std::min(s.amin, static_cast<double>(a)), s.amax = std::max(s.amax, static_cast<double>(a));
+      for (std::int64_t r = i * br; r < std::min(R, (i + 1) * br); ++r) {
+        for (std::int64_t c = j * bc; c < std::min(C, (j + 1) * bc); ++c) {
+          const float v = x[static_cast<std::size_t>(r * C + c)];
+          if (std::fabs(v) / sinv > fmax * (1.0 + 0x1p-20)) ++s.overflow;
+          if (v != 0.0f && orc::decode(o.codes[static_cast<std::size_t>(r * C + c)], f) == 0.0) ++s.underflow;
+        }
+      }
+    }
+  }
+  return s;
+}
+
+void check_stats(const OperandStats& got, const OracleStats& want) {
+  CHECK(got.blocks == want.blocks);
+  CHECK(got.empty_blocks == want.empty);
+  CHECK(got.scaled_blocks == want.scaled);
+  CHECK(got.underflow == want.underflow);
+  CHECK(got.overflow == want.overflow);
+  CHECK(got.nonfinite == want.nonfinite);
+  CHECK(got.scale_min == want.smin);
+  CHECK(got.scale_max == want.smax);
+  CHECK(got.amax_min == want.amin);
+  CHECK(got.amax_max == want.amax);
+  CHECK(got.dynamic_range() == want.amax / want.amin);
+  const double n = static_cast<double>(want.scaled), mean = want.ssum / n;
+  const double sd = std::sqrt(std::max(0.0, want.ssq / n - mean * mean));
+  CHECK(got.scale_std() == doctest::Approx(sd).epsilon(1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("operand statistics: scales, dynamic range, underflow, overflow, non-finite, empty blocks left out") {
+  for (const bool pow2 : {false, true}) {
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      const std::uint64_t seed = test::seed_for(900 + 2 * static_cast<std::uint64_t>(f) + pow2);
+      CAPTURE(seed);
+      CAPTURE(pow2);
+      const std::string fmt = fmt_name(f);
+      CAPTURE(fmt);
+      // 1x128 activations (M, K) with padding rows (all zero), an outlier per third block, one
+      // NaN and one Inf; then the 128x128 tiles of a weight with one all-zero tile.
+      const std::int64_t M = 384, K = 512;
+      TensorF x = random_input({M, K}, seed, 1, Dtype::bf16);
+      for (std::int64_t r = 300; r < M; ++r) {
+        for (std::int64_t c = 0; c < K; ++c) x(r, c) = 0.0f;  // token-group padding
+      }
+      const float gain = f == Fp8Format::e4m3 ? 0x1p16f : 0x1p30f;
+      for (std::int64_t r = 0; r < 300; r += 3) x(r, (r * 5) % K) *= gain;
+      x(7, 9) = std::numeric_limits<float>::quiet_NaN();
+      x(11, 200) = std::numeric_limits<float>::infinity();
+      const QuantOptions opt{128, pow2, f};
+      const Quantized q = quantize_act_lhs(x, opt);
+      const OperandStats s = operand_stats(x, q);
+      const orc::Result o = orc::act_lhs(x.data, M, K, oracle_opts(opt));
+      check_stats(s, oracle_stats(x.data, M, K, 1, 128, o, f));
+      CHECK(s.overflow == 0);  // every block's scale is made from its own amax
+      // A scale not made from the data (a user's, four times too small for one block) leaves the
+      // block's values above a quarter of its amax beyond the format's range.
+      Quantized shrunk = q;
+      orc::Result o_shrunk = o;
+      shrunk.scales.data[5] /= 4.0f;
+      o_shrunk.scales[5] /= 4.0f;
+      const OperandStats so = operand_stats(x, shrunk);
+      check_stats(so, oracle_stats(x.data, M, K, 1, 128, o_shrunk, f));
+      CHECK(so.overflow > 0);
+      CHECK(s.empty_blocks == (M - 300) * (K / 128));
+      CHECK(s.nonfinite == 2);
+      CHECK(s.underflow > 0);
+      CHECK(s.dynamic_range() > 1e3);
+
+      TensorF w = random_input({256, 384}, seed, 2, Dtype::bf16);
+      for (std::int64_t r = 128; r < 256; ++r) {
+        for (std::int64_t c = 256; c < 384; ++c) w(r, c) = 0.0f;
+      }
+      const Quantized qw = quantize_weight(w, opt);
+      const OperandStats sw = operand_stats(w, qw);
+      check_stats(sw, oracle_stats(w.data, 256, 384, 128, 128, orc::weight(w.data.data(), 256, 384, oracle_opts(opt)), f));
+      CHECK(sw.empty_blocks == 1);
+      // Merging two operands equals the statistics of both at once.
+      OperandStats both = s;
+      both.merge(sw);
+      CHECK(both.blocks == s.blocks + sw.blocks);
+      CHECK(both.scale_min == std::min(s.scale_min, sw.scale_min));
+      CHECK(both.amax_max == std::max(s.amax_max, sw.amax_max));
+    }
+  }
+}

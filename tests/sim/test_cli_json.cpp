@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <string>
 
 #include "results/store.hpp"
@@ -222,4 +224,40 @@ TEST_CASE("--help lists options, not the positional plumbing behind FILE") {
     CHECK(!has(r, "--files arg"));
     CHECK(has(r, "--help"));
   }
+}
+
+TEST_CASE("operand statistics in the cases table: finite in quantized rows, single-device figures every placement shares") {
+  const auto rows = fp8moe::results::read_cases(fp8moe::results::open_sweep(small_run()));
+  // The statistics are of the single-device quantization of the global operands: every placement
+  // of one pass, seed and padding shares them, and every row of one layer case too.
+  std::map<std::string, const fp8moe::results::CaseRow*> first;
+  int shared = 0;
+  for (const auto& r : rows) {
+    CAPTURE(r.case_key);
+    REQUIRE(r.status == "ok");
+    for (const auto& [lo, hi, sd, range] : {std::tuple{r.lhs_scale_min, r.lhs_scale_max, r.lhs_scale_std, r.lhs_dynamic_range},
+                                            std::tuple{r.rhs_scale_min, r.rhs_scale_max, r.rhs_scale_std, r.rhs_dynamic_range}}) {
+      CHECK(lo > 0);
+      CHECK(lo <= hi);
+      CHECK(sd >= 0);
+      CHECK(range >= 1);
+    }
+    CHECK(r.lhs_overflow == 0);  // amax scales: nothing beyond a block's range
+    CHECK(r.rhs_overflow == 0);
+    CHECK(r.lhs_nonfinite == 0);
+    CHECK(r.rhs_nonfinite == 0);
+    CHECK(r.lhs_scale_min != r.rhs_scale_min);  // two operands, two sets of blocks
+    const std::string group = r.level == "op" ? r.pass + " seed=" + std::to_string(r.seed) + " pad=" + std::to_string(r.pad)
+                                              : std::to_string(r.case_id);
+    const auto [it, fresh] = first.emplace(group, &r);
+    if (fresh) continue;
+    const auto& f = *it->second;
+    CHECK(r.lhs_scale_min == f.lhs_scale_min);
+    CHECK(r.lhs_scale_std == f.lhs_scale_std);
+    CHECK(r.rhs_scale_max == f.rhs_scale_max);
+    CHECK(r.rhs_dynamic_range == f.rhs_dynamic_range);
+    CHECK(r.lhs_underflow == f.lhs_underflow);
+    ++shared;
+  }
+  CHECK(shared > 10);
 }
