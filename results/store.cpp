@@ -1,6 +1,8 @@
 // The sweep store over the HDF5 C API: the `cases` compound table and the commit protocol.
 #include "results/store.hpp"
 
+#include <cstdlib>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -194,7 +196,17 @@ SweepWriter SweepWriter::create(const std::string& path, const Attrs& provenance
   f.set_attr("schema_version", kSchemaVersion);
   f.set_attr("status", "running");
   f.set_attr("status_message", "");
-  for (const auto& [k, v] : provenance) f.set_attr(k, v);
+  for (const auto& [k, v] : provenance) {
+    // The counts are numbers (SCHEMA.md), the rest text.
+    static const std::set<std::string> kNumeric{"git_dirty", "cpu_cores", "omp_threads", "launch_world"};
+    char* end = nullptr;
+    const long long n = kNumeric.count(k) && !v.empty() ? std::strtoll(v.c_str(), &end, 10) : 0;
+    if (kNumeric.count(k) && end && *end == '\0') {
+      f.set_attr(k, static_cast<std::int64_t>(n));
+    } else {
+      f.set_attr(k, v);
+    }
+  }
   f.set_attr("cases_total", cases_total);
   f.set_attr("cases_done", std::int64_t{0});
   f.set_attr("rows_committed", std::int64_t{0});

@@ -118,12 +118,17 @@ for a in ("format", "schema_version", "tool_version", "git_sha", "host", "cpu", 
 columns = ("case_id case_key scenario level mesh world plan placements strategy pass tensor backend mode format "
            "block pow2_scales pad experts tokens n k dim hidden routing offs dist seed fsdp_gather reduce_dtype "
            "reduce_order fp8_dispatch lr sqnr_db sqnr_vs_single_db rel_err max_abs_err max_ulp bitwise_equal_frac "
-           "block_aligned underflow_frac saturated_frac nonfinite comm_bytes time_ms status message split_k").split()
+           "block_aligned underflow_frac saturated_frac nonfinite comm_bytes time_ms status message split_k "
+           "lhs_scale_min lhs_scale_max lhs_scale_std lhs_dynamic_range lhs_underflow lhs_overflow lhs_nonfinite "
+           "lhs_empty_blocks rhs_scale_min rhs_scale_max rhs_scale_std rhs_dynamic_range rhs_underflow rhs_overflow "
+           "rhs_nonfinite rhs_empty_blocks").split()
 check(list(ref.dtype.names) == columns, f"cases columns {ref.dtype.names}")
 check(len(ref) == len(ref_table), f"{len(ref)} rows in the file, {len(ref_table)} in the table")
 check(all(s == b"ok" for s in ref["status"]), "every row ok")
 check(np.all(np.isfinite(ref["sqnr_db"])), "finite SQNRs")
 check(int(attrs["cases_done"]) == len(set(ref["case_id"].tolist())), "cases_done counts the cases")
+for a in ("git_dirty", "cpu_cores", "omp_threads", "launch_world"):  # counts are numbers, not text
+    check(isinstance(attrs.get(a), (int, np.integer)), f"root attribute {a} is {attrs.get(a)!r}, not an integer")
 
 # The one-line pandas load of SCHEMA.md, as written there.
 try:
