@@ -199,6 +199,138 @@ RowLayout row_layout(hid_t ds, const Layout& lay, const std::string& path) {
   return rl;
 }
 
+// The fill value of the table, read from its object header's bytes: libhdf5 converts a defined
+// fill value's variable-length strings through the global heap unchecked (H5Dget_create_plist,
+// and every chunk it fills when a resumed sweep writes), so a defined one, which fp8moe never
+// sets, is refused before any of that runs. Object header versions 1 and 2 (HDF5 File Format
+// Specification 3.0, IV.A.1), their continuation blocks, the fill value messages old (0x0004) and
+// new (0x0005, versions 1-3).
+class FillCheck {
+ public:
+  FillCheck(const RawFile& raw, const Layout& lay, const std::string& path) : raw_(raw), lay_(lay), path_(path) {}
+
+  void run(hid_t ds) {
+    H5O_info_t info{};
+    check(H5Oget_info2(ds, &info, H5O_INFO_BASIC), kWhat, path_, "H5Oget_info2");
+    const std::uint64_t at = header_at(info.addr);
+    std::uint8_t head[6];
+    raw_.read(at, head, 6);
+    if (std::memcmp(head, "OHDR", 4) == 0) {
+      if (head[4] != 2) damaged(cat("an object header of version ", int(head[4])));
+      v2(at, head[5]);
+    } else if (head[0] == 1) {
+      v1(at);
+    } else {
+      damaged("an object header of no known version");
+    }
+  }
+
+ private:
+  [[noreturn]] void damaged(const std::string& what) const {
+    fail("'", path_, "' is damaged: the cases table has ", what, ": rerun the sweep, or restore the file from a copy");
+  }
+  std::uint64_t header_at(std::uint64_t addr) const {
+    if (addr == HADDR_UNDEF || addr > raw_.size() || lay_.base > raw_.size() - addr) damaged("its header outside the file");
+    return lay_.base + addr;
+  }
+  std::vector<std::uint8_t> bytes(std::uint64_t at, std::uint64_t n) const {
+    if (n > (std::uint64_t{1} << 24) || at > raw_.size() || n > raw_.size() - at) damaged("a header block outside the file");
+    if (++blocks_ > 64) damaged("more than 64 header blocks");
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(n));
+    raw_.read(at, b.data(), n);
+    return b;
+  }
+  // One message: continuation blocks are queued, fill values judged.
+  void message(unsigned type, const std::uint8_t* d, std::size_t n, std::vector<std::pair<std::uint64_t, std::uint64_t>>& more) {
+    auto need = [&](std::size_t k) {
+      if (n < k) damaged(cat("a header message of type ", type, " shorter than its fields"));
+    };
+    if (type == 0x10) {
+      need(lay_.sizeof_addr + lay_.sizeof_size);
+      more.emplace_back(decode_le(d, lay_.sizeof_addr), decode_le(d + lay_.sizeof_addr, lay_.sizeof_size));
+    } else if (type == 0x04) {  // old fill value: size, value
+      need(4);
+      if (decode_le(d, 4) != 0) defined();
+    } else if (type == 0x05) {
+      need(1);
+      const unsigned version = d[0];
+      if (version == 1 || version == 2) {
+        need(4);
+        if (version == 1 || d[3] != 0) {  // v2 stores a size only when the value is defined
+          need(8);
+          if (decode_le(d + 4, 4) != 0) defined();
+        }
+      } else if (version == 3) {
+        need(2);
+        if (d[1] & 0x20) {  // "fill value defined": a size and the value follow
+          need(6);
+          if (decode_le(d + 2, 4) != 0) defined();
+        }
+      } else {
+        damaged(cat("a fill value message of version ", version));
+      }
+    }
+  }
+  [[noreturn]] void defined() const {
+    damaged("a fill value, which fp8moe never sets (libhdf5 would read its strings from an unchecked heap)");
+  }
+  // Messages of a version-2 header or continuation block: type (1), size (2), flags (1), the
+  // creation order (2) when the header tracks it, the data; a tail too small for a message is a gap.
+  void v2_messages(const std::vector<std::uint8_t>& b, std::size_t p, std::size_t end, bool order,
+                   std::vector<std::pair<std::uint64_t, std::uint64_t>>& more) {
+    const std::size_t hdr = order ? 6 : 4;
+    while (end - p >= hdr && p < end) {
+      const unsigned type = b[p];
+      const std::size_t size = static_cast<std::size_t>(decode_le(&b[p + 1], 2));
+      p += hdr;
+      if (size > end - p) damaged("a header message running past its block");
+      message(type, &b[p], size, more);
+      p += size;
+    }
+  }
+  void v2(std::uint64_t at, std::uint8_t flags) {
+    std::size_t p = 6 + ((flags & 0x20) ? 16 : 0) + ((flags & 0x10) ? 4 : 0);
+    const std::size_t width = std::size_t{1} << (flags & 3);
+    const auto pre = bytes(at, p + width);
+    const std::uint64_t chunk0 = decode_le(&pre[p], width);
+    p += width;
+    const auto b = bytes(at, p + chunk0);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> more;
+    v2_messages(b, p, b.size(), (flags & 0x04) != 0, more);
+    for (std::size_t i = 0; i < more.size(); ++i) {
+      const auto [addr, len] = more[i];
+      if (len < 8) damaged("a continuation block too small for its signature and checksum");
+      const auto c = bytes(header_at(addr), len);
+      if (std::memcmp(c.data(), "OCHK", 4) != 0) damaged("a continuation block without its OCHK signature");
+      v2_messages(c, 4, c.size() - 4, (flags & 0x04) != 0, more);
+    }
+  }
+  // Version 1: a 16-byte prefix (version, reserved, message count, reference count, header size,
+  // padding), messages of type (2), size (2), flags (1), reserved (3), data.
+  void v1_messages(const std::vector<std::uint8_t>& b, std::size_t p, std::vector<std::pair<std::uint64_t, std::uint64_t>>& more) {
+    while (b.size() - p >= 8 && p < b.size()) {
+      const unsigned type = static_cast<unsigned>(decode_le(&b[p], 2));
+      const std::size_t size = static_cast<std::size_t>(decode_le(&b[p + 2], 2));
+      p += 8;
+      if (size > b.size() - p) damaged("a header message running past its block");
+      message(type, &b[p], size, more);
+      p += size;
+    }
+  }
+  void v1(std::uint64_t at) {
+    const auto pre = bytes(at, 16);
+    const auto b = bytes(at, 16 + decode_le(&pre[8], 4));
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> more;
+    v1_messages(b, 16, more);
+    for (std::size_t i = 0; i < more.size(); ++i) v1_messages(bytes(header_at(more[i].first), more[i].second), 0, more);
+  }
+
+  const RawFile& raw_;
+  Layout lay_;
+  std::string path_;
+  mutable int blocks_ = 0;
+};
+
 // Rows per chunk of an unfiltered, one-dimensional chunked table (how fp8moe writes it).
 std::uint64_t chunk_rows_of(hid_t ds, std::size_t disk_elem, const std::string& path) {
   Handle dcpl = own(H5Dget_create_plist(ds), H5Pclose, kWhat, path, "H5Dget_create_plist");
@@ -264,13 +396,19 @@ void check_descriptor(const std::uint8_t* d, const Layout& lay, HeapChecker& hea
 
 }  // namespace
 
+void check_fill_value(h5::Id ds, const std::string& path) {
+  const Layout lay = file_layout(ds, path);
+  const RawFile raw(path);
+  FillCheck(raw, lay, path).run(ds);
+}
+
 void check_vlen_strings(h5::Id ds, std::uint64_t rows, const std::string& path) {
   if (rows == 0) return;
   const Layout lay = file_layout(ds, path);
+  const RawFile raw(path);
   const RowLayout rl = row_layout(ds, lay, path);
   if (rl.vlen.empty()) return;
   const std::uint64_t chunk_rows = chunk_rows_of(ds, rl.disk_elem, path);
-  const RawFile raw(path);
   HeapChecker heaps(raw, lay, path);
   std::vector<std::uint8_t> buf(static_cast<std::size_t>(chunk_rows * rl.disk_elem));
   for (std::uint64_t first = 0; first < rows; first += chunk_rows) {

@@ -31,4 +31,10 @@ namespace fp8moe::results {
 // distinct collection.
 void check_vlen_strings(h5::Id ds, std::uint64_t rows, const std::string& path);
 
+// Refuses a table with a fill value (read from the object header's bytes, before libhdf5 converts
+// it): fp8moe never sets one, and libhdf5 reads a defined one's strings from the global heap
+// unchecked (H5Dget_create_plist; every chunk a resumed sweep's write fills). Called whenever the
+// table is opened.
+void check_fill_value(h5::Id ds, const std::string& path);
+
 }  // namespace fp8moe::results

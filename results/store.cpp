@@ -262,6 +262,7 @@ SweepWriter SweepWriter::resume(const std::string& path) {
   const std::int64_t committed = attr_int_or(f, "rows_committed", 0);
   {
     h5::Handle ds = open_table(f);
+    check_fill_value(ds.get(), path);  // before H5Dset_extent and the writes that fill chunks
     const hsize_t n = table_rows(ds.get(), path);
     if (committed < 0 || static_cast<std::int64_t>(n) < committed) {
       fail("'", path, "' is a corrupt fp8moe sweep file: it claims ", committed, " committed rows but its table has ", n,
@@ -413,6 +414,7 @@ std::string sweep_status(const h5::File& f) { return attr_text_or(f, "status", "
 
 std::vector<CaseRow> read_cases(const h5::File& f) {
   h5::Handle ds = open_table(f);
+  check_fill_value(ds.get(), f.file());
   const hsize_t n = table_rows(ds.get(), f.file());
   const std::int64_t committed = attr_int_or(f, "rows_committed", static_cast<std::int64_t>(n));
   if (committed < 0) {

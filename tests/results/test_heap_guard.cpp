@@ -3,6 +3,7 @@
 // fuzzer's three findings are replayed here). Each damage is applied to a fresh file of random
 // rows, and the undamaged file must read back exactly what was written.
 #include <doctest/doctest.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -247,6 +248,59 @@ TEST_CASE("an empty string's descriptor is checked too: libhdf5 reads its heap o
   // The undamaged file still reads, its empty strings empty.
   const auto back = fp8moe::results::read_cases(fp8moe::results::open_sweep(path));
   CHECK(back.size() == 40);
+}
+
+TEST_CASE("a cases table with a fill value is refused before libhdf5 converts it (read and resume)") {
+  // fp8moe never sets a fill value; libhdf5 would convert a defined one's strings through the
+  // global heap unchecked (H5Dget_create_plist, and every chunk a resumed sweep's write fills).
+  // The table is rebuilt here with one, as a damaged fill message would read.
+  const std::uint64_t seed = fp8moe::test::seed_for(165);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  const std::string path = write_sweep(dir, random_rows(seed, 7));
+  CHECK(read_error(path).empty());  // fp8moe's own file passes the check
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hid_t old = H5Dopen2(f, "cases", H5P_DEFAULT);
+    const hid_t type = H5Dget_type(old);  // strings as char*: a fill buffer of that layout
+    const hid_t space = H5Dget_space(old);
+    const std::size_t size = H5Tget_size(type);
+    std::vector<unsigned char> fill(size, 0);
+    static const char kText[] = "fill";
+    for (unsigned m = 0; m < static_cast<unsigned>(H5Tget_nmembers(type)); ++m) {
+      const hid_t mt = H5Tget_member_type(type, m);
+      if (H5Tget_class(mt) == H5T_STRING && H5Tis_variable_str(mt) > 0) {
+        const char* ptr = kText;
+        std::memcpy(&fill[H5Tget_member_offset(type, m)], &ptr, sizeof ptr);
+      }
+      H5Tclose(mt);
+    }
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t chunk = 256;
+    REQUIRE(H5Pset_chunk(dcpl, 1, &chunk) >= 0);
+    REQUIRE(H5Pset_fill_value(dcpl, type, fill.data()) >= 0);
+    const hid_t made = H5Dcreate2(f, "cases_filled", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    REQUIRE(made >= 0);
+    H5Dclose(made);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Dclose(old);
+    REQUIRE(H5Ldelete(f, "cases", H5P_DEFAULT) >= 0);
+    REQUIRE(H5Lmove(f, "cases_filled", f, "cases", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+  }
+  const std::string err = read_error(path);
+  CHECK(err.find("a fill value, which fp8moe never sets") != std::string::npos);
+  CHECK(err.find(path) != std::string::npos);
+  std::string resume_err;
+  try {
+    (void)fp8moe::results::SweepWriter::resume(path);
+  } catch (const fp8moe::Error& e) {
+    resume_err = e.what();
+  }
+  CHECK(resume_err.find("a fill value, which fp8moe never sets") != std::string::npos);
 }
 
 TEST_CASE("the result-file fuzzer's libhdf5 findings are refused, not crashed on") {
