@@ -195,12 +195,11 @@ def run_local(op, A, W, G, offs, pad, world, ta, tw):
     bf16 tensor). Token (A S(0)) and expert (W S(0)) sharding need per-rank offsets: not here."""
     import torch
 
+    from torch.distributed.tensor import Shard
+
     def dim_of(t):
-        t = t.strip()
-        if t in ("R", "Replicate()"):
-            return None
-        m = re.fullmatch(r"S\((\d)\)|Shard\((?:dim=)?(\d)\)", t)
-        return int(m.group(1) or m.group(2))
+        p = parse_placement(t)
+        return p.dim if isinstance(p, Shard) else None
 
     da, dw = dim_of(ta), dim_of(tw)
     if da == 0 or dw == 0:
