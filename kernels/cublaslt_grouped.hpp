@@ -22,7 +22,7 @@
 // Output `out`: bf16 bits (std::uint16_t) for opt.out == bf16, float for fp32. Preconditions
 // (e4m3, block 128, 16-byte alignment of every expert's operand, fwd/dgrad expert rows a multiple
 // of kLtRowMultiple) are checked on the host with messages naming the dim and value. Arithmetic:
-// cuBLASLt's tensor cores, modelled bit for bit by reference/'s hopper-tc/cublas with each call's
+// cuBLASLt's tensor cores, modelled bit for bit by reference/'s hopper-tc:cublas with each call's
 // split-K count (last_calls()); tests/kernels/test_kernels_cublaslt.cpp holds them equal.
 // The operand order is torch._scaled_mm's (its mat1 = our lhs = cuBLAS B, mat2 = our rhs = cuBLAS
 // A), so the 1x128 x 1x128 promotion order is the one PyTorch users get.
@@ -62,7 +62,7 @@ enum class LtScaling { block, per_tensor };
 
 // What cuBLASLt ran for one expert's GEMM: the heuristic's algorithm as
 // cublasLtMatmulAlgoConfigGetAttribute reports it. splits (numSplitsK) and the reduction scheme
-// decide the arithmetic: hopper-tc/cublas reproduces split runs from `splits`
+// decide the arithmetic: hopper-tc:cublas reproduces split runs from `splits`
 // (GemmOptions::split_k).
 struct LtCall {
   std::int64_t expert = 0, m = 0, n = 0, k = 0;

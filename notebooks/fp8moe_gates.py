@@ -179,6 +179,8 @@ def _gate(section, items, base, line, key_line) -> Gate:
             fields["min_db"], has_min = db, True
         elif key in CASE_COLUMNS:
             items_ = [s.strip(_TRIM) for s in value.split(";")]
+            if key == "mode":  # the old spelling "hopper-tc/cublas" reads as "hopper-tc:cublas"
+                items_ = [s.replace("/", ":") for s in items_]
             if "" in items_:
                 raise GatesFileError(f"{at}: {key} has an empty entry")
             fields["match"].append(GateMatch(key, tuple(s for s in items_ if not s.startswith("!")),

@@ -107,6 +107,10 @@ def load_cases(path) -> pd.DataFrame:
     for c in df.columns:
         if df[c].dtype == object:
             df[c] = df[c].map(_py)
+    # Files written before 2026-12-05 spell a promoted mode "hopper-tc/cublas"; read it as
+    # fp8moe writes it now, "hopper-tc:cublas" (as the C++ reader does).
+    df["mode"] = df["mode"].str.replace(r"^(promote-fp32|hopper-tc)/", r"\1:", regex=True)
+    df["case_key"] = df["case_key"].str.replace(r"(\bmode=(?:promote-fp32|hopper-tc))/", r"\1:", regex=True)
     df.attrs.update(path=os.fspath(path), provenance=prov)
     return df
 
@@ -339,7 +343,7 @@ def show(fig, fig_dir, name: str) -> str:
 
 
 def slug(*parts) -> str:
-    """A file-name piece from labels: ('op', 'promote-fp32/cublas') -> 'op_promote-fp32-cublas'."""
+    """A file-name piece from labels: ('op', 'promote-fp32:cublas') -> 'op_promote-fp32-cublas'."""
     return "_".join(re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(p)).strip("-") for p in parts)
 
 

@@ -36,7 +36,7 @@ struct GemmOptions {
   QuantOptions quant;
   bool pad = false;  // token-group padding (SPEC.md 5.2); outputs are unpadded
   // cuBLASLt's split-K per expert (numSplitsK of the algorithm it ran; empty or 1: no split), so
-  // hopper-tc/cublas reproduces a split call. Only quantized modes with a fp32 accumulator use it.
+  // hopper-tc:cublas reproduces a split call. Only quantized modes with a fp32 accumulator use it.
   std::vector<std::int32_t> split_k;
   // The split runs' unit in blocks (0: the measured rule of the scale config, tensor_core.hpp's
   // split_unit); other values model other kernels or test candidate rules on a device.
@@ -46,7 +46,7 @@ struct GemmOptions {
 bool is_quantized(Mode m);  // exact, torchao-emulated, promote-fp32, hopper-tc
 // promote-fp32 and hopper-tc: fp32 accumulation with a promotion family.
 bool is_promoted(Mode m);
-// Why `opt.mode` cannot be computed with these options, or empty: hopper-tc/cublas models
+// Why `opt.mode` cannot be computed with these options, or empty: hopper-tc:cublas models
 // cuBLASLt, whose block scaling runs e4m3 with 128-element blocks only.
 std::string mode_unsupported(const GemmOptions& opt);
 // cuBLASLt's split count of expert e under opt (1 when opt.split_k is empty); errors name e.
@@ -117,10 +117,10 @@ Pass parse_pass(const std::string& s);
 Mode parse_mode(const std::string& s);
 Promotion parse_promotion(const std::string& s);
 OutDtype parse_out_dtype(const std::string& s);
-// "promote-fp32" and "hopper-tc" with the promotion family, e.g. "hopper-tc/cublas"; other modes
+// "promote-fp32" and "hopper-tc" with the promotion family, e.g. "hopper-tc:cublas"; other modes
 // their name.
 std::string mode_label(Mode m, Promotion p);
-// A mode value as users write it: "exact", "hopper-tc:cublas" or "hopper-tc/cublas"; a promoted
+// A mode value as users write it: "exact" or "hopper-tc:cublas" (the old spelling "hopper-tc/cublas" too); a promoted
 // mode without a family ("promote-fp32", "hopper-tc") stands for both families, deepgemm first.
 // Errors name the value and the choices.
 struct ModeSpec {

@@ -37,7 +37,7 @@ const char* out_dtype_name(OutDtype d) {
   return d == OutDtype::bf16 ? "bf16" : d == OutDtype::fp32 ? "fp32" : "fp64";
 }
 std::string mode_label(Mode m, Promotion p) {
-  return is_promoted(m) ? std::string(mode_name(m)) + "/" + promotion_name(p) : mode_name(m);
+  return is_promoted(m) ? std::string(mode_name(m)) + ":" + promotion_name(p) : mode_name(m);
 }
 std::string ModeSpec::label() const { return mode_label(mode, promo); }
 

@@ -42,7 +42,7 @@ struct ExpertGemm {
   BlockOperand L, R;
   std::int64_t kc = 0;
   std::int64_t out_offset = 0, ldc = 0;
-  int splits = 1;  // cuBLASLt's split-K of the expert (opt.split_k), for hopper-tc/cublas
+  int splits = 1;  // cuBLASLt's split-K of the expert (opt.split_k), for hopper-tc:cublas
 };
 
 struct GroupedPlan {

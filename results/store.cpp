@@ -108,6 +108,20 @@ hsize_t table_rows(hid_t ds, const std::string& path) {
   return n;
 }
 
+// Files written before 2026-12-05 spell a promoted mode "hopper-tc/cublas" in `mode` and
+// `case_key`; fp8moe now writes "hopper-tc:cublas" everywhere (flags, groups, table). Old rows are
+// read in the new spelling so that a baseline, a gate and a resumed sweep see one name.
+CaseRow canonical_mode_spelling(CaseRow r) {
+  for (const std::string m : {"promote-fp32/", "hopper-tc/"}) {
+    if (r.mode.starts_with(m)) r.mode[m.size() - 1] = ':';
+    const std::string key = "mode=" + m;
+    for (std::size_t at = r.case_key.find(key); at != std::string::npos; at = r.case_key.find(key, at + key.size())) {
+      r.case_key[at + key.size() - 1] = ':';
+    }
+  }
+  return r;
+}
+
 std::vector<CaseRow> read_rows(hid_t ds, hsize_t n, const std::string& path) {
   std::vector<CaseRow> out;
   if (n == 0) return out;
@@ -127,7 +141,7 @@ std::vector<CaseRow> read_rows(hid_t ds, hsize_t n, const std::string& path) {
     check(-1, "cannot read the cases table (its columns are not fp8moe's)", path, "H5Dread");
   }
   out.reserve(n);
-  for (const Pod& p : pods) out.push_back(from_pod(p));
+  for (const Pod& p : pods) out.push_back(canonical_mode_spelling(from_pod(p)));
   H5Dvlen_reclaim(mem.get(), mspace.get(), H5P_DEFAULT, pods.data());
   return out;
 }

@@ -43,7 +43,7 @@ class Backend {
   virtual void swiglu_backward(const TensorF& a, const TensorF& b, const TensorF& dh, TensorF& da, TensorF& db) = 0;
 
   // cuBLASLt's numSplitsK per expert of the last quantized pass (empty for backends that do not
-  // run cuBLASLt): GemmOptions::split_k for hopper-tc/cublas to model that call bit for bit.
+  // run cuBLASLt): GemmOptions::split_k for hopper-tc:cublas to model that call bit for bit.
   virtual std::vector<std::int32_t> last_split_k() const { return {}; }
   // The algorithms cuBLASLt ran in the last quantized pass, one "e<expert>: algo A tile T splits S
   // reduction R" per call (empty for other backends): what a log needs to explain a split.

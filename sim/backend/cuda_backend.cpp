@@ -342,7 +342,7 @@ std::string cuda_backend_unsupported(const std::string& name, const GemmOptions&
   }
   if (name == kLt) {
     // cuBLASLt computes what it computes; the mode names the model it is held to, and only
-    // hopper-tc/cublas models it bit for bit.
+    // hopper-tc:cublas models it bit for bit.
     if (opt.mode != Mode::hopper_tc || opt.promotion != Promotion::cublas) {
       return cat("cuda-cublaslt runs cuBLASLt's tensor cores, modelled bit for bit by hopper-tc:cublas, not ",
                  mode_label(opt.mode, opt.promotion), ": use mode hopper-tc:cublas (or hp64)");

@@ -8,7 +8,7 @@
 // |---------------|-----------------------|------------------------------------------------|-------------|
 // | cuda-simt     | GPU fp64 (hp64_gemm)  | simt kernel, both orders: bitwise the CPU's    | rejected    |
 // | cuda-cublaslt | GPU fp64 (hp64_gemm)  | cuBLASLt block-scaled FP8 (e4m3, block 128),   | rejected    |
-// |               |                       | labelled promote-fp32/cublas: the model it is  |             |
+// |               |                       | labelled promote-fp32:cublas: the model it is  |             |
 // |               |                       | held against; deepgemm order is rejected       |             |
 // bf16, exact and torchao-emulated stay with the reference backend: backend_unsupported says so
 // before a case runs. Quantizers run on the GPU (bitwise reference/'s; QuantStats are left zero);

@@ -84,8 +84,8 @@ int cmd_bench_cpu(const Args& args) {
   fmt::print("# fp8moe bench-cpu: fwd pass on pre-quantized e4m3 operands, {} threads, median of {} samples of >= 25 ms\n",
              Eigen::nbThreads(), reps);
   fmt::print("{:<30} {:>14} {:>14} {:>7} {:>16} {:>7} {:>16} {:>7} {:>18} {:>7} {:>6} {:>18} {:>7} {:>6}\n", "shape",
-             "eigen_fp32", "exact", "ratio", "promote/deepgemm", "ratio", "promote/cublas", "ratio", "hopper-tc/deepgemm",
-             "ratio", "wrong", "hopper-tc/cublas", "ratio", "wrong");
+             "eigen_fp32", "exact", "ratio", "promote:deepgemm", "ratio", "promote:cublas", "ratio", "hopper-tc:deepgemm",
+             "ratio", "wrong", "hopper-tc:cublas", "ratio", "wrong");
   std::int64_t wrong_total = 0;
   for (const Shape& s : shapes) {
     const std::int64_t M = s.offs.back(), E = static_cast<std::int64_t>(s.offs.size());

@@ -21,13 +21,6 @@
 namespace fp8moe::cli {
 namespace {
 
-// The --save group of a mode: its label with ':' for '/' (an HDF5 path separator).
-std::string mode_group(const ModeSpec& m) {
-  std::string g = m.label();
-  for (char& c : g) c = c == '/' ? ':' : c;
-  return g;
-}
-
 // The --modes list. Before any work: a family named explicitly that these options cannot compute
 // (hopper-tc:cublas outside cuBLASLt's options) is an error; a bare promoted mode keeps the
 // families that can, with a note.
@@ -377,7 +370,7 @@ int cmd_gemm(const Args& args) {
 
   print_header(base, d, source);
   std::vector<ModeOutputs> saved;
-  for (const ModeSpec& ms : q.modes) saved.push_back({mode_group(ms), ms.mode == Mode::hp64, {}, {}, {}});
+  for (const ModeSpec& ms : q.modes) saved.push_back({ms.label(), ms.mode == Mode::hp64, {}, {}, {}});
   bool below_floor = false;
   for (Pass p : q.passes) below_floor = run_pass(p, q, base, d, saved) || below_floor;
   if (save) {

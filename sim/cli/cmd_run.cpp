@@ -126,13 +126,6 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
   return out;
 }
 
-// The mode as a group name: its label with ':' for '/' (an HDF5 path separator), as gemm --save.
-std::string mode_group(const scenarios::Case& c) {
-  std::string g = c.mode_label();
-  for (char& ch : g) ch = ch == '/' ? ':' : ch;
-  return g;
-}
-
 // A result as float32 (bf16 and fp32 values are exact in it) or, for hp64, float64.
 void write_result(h5::Group& g, const std::string& name, const TensorD& t, bool fp64) {
   if (fp64) {
@@ -196,7 +189,7 @@ struct RunSave {
     const Pass p = c.pass;
     (void)f.write(p == Pass::fwd ? "A" : "grad_out", run.lhs);
     (void)f.write(p == Pass::wgrad ? "A" : "W", run.rhs);
-    h5::Group g = f.create_group(mode_group(c));
+    h5::Group g = f.create_group(c.mode_label());
     const bool fp64 = c.gemm.mode == Mode::hp64;
     write_result(g, out_name(p), run.out, fp64);
     h5::Group ranks = g.create_group("ranks");
@@ -215,7 +208,7 @@ struct RunSave {
                                   std::pair{"w2", &in.W2}, std::pair{"grad_y", &in.dy}}) {
       (void)f.write(name, *t);
     }
-    h5::Group g = f.create_group(mode_group(c));
+    h5::Group g = f.create_group(c.mode_label());
     for (const auto& [name, t] : named_outputs(run.out)) write_result(g, name, *t, false);
     h5::Group ranks = g.create_group("ranks");
     for (const LayerLocal& l : run.local) {

@@ -22,7 +22,7 @@ struct ScenarioReport {
   std::string level;       // op | layer
   std::string mesh;        // "dp=2,tp=2"
   std::string plan;        // op: placements "A=[R] W=[S(1)]"; layer: fsdp, tp, ep, fsdp+tp, dp+ep, ...
-  std::string mode;        // mode label, e.g. promote-fp32/cublas
+  std::string mode;        // mode label, e.g. promote-fp32:cublas
   std::string strategy;    // the sharding strategy or plan steps chosen
   std::vector<TensorReport> tensors;
   bool block_aligned = true;                // all tensors

@@ -20,7 +20,7 @@ struct Case : sim::CaseSpec {
   std::string routing_label;        // the routing's name, or "explicit" when offs were given
   std::string rejected;             // non-empty: why this case does not run
 
-  std::string mode_label() const;   // "promote-fp32/cublas"
+  std::string mode_label() const;   // "promote-fp32:cublas"
   std::string placements() const;   // op: "A=[R] W=[S(1)]"; layer: the plan's parameter placements
   // Every parameter, canonical: the identity of a case across runs (resume, compare, baseline).
   std::string key() const;

@@ -44,8 +44,10 @@ bool gate_item(Gate& g, const std::string& key, const scenarios::Value& v, const
     return true;
   } else if (std::find(cols.begin(), cols.end(), key) != cols.end()) {
     GateMatch m{key, {}, {}};
-    for (const std::string& item : scenarios::split_values(v.text, /*tuple=*/true)) {
+    for (std::string item : scenarios::split_values(v.text, /*tuple=*/true)) {
       if (item.empty()) fail(v.where(), ": ", key, " has an empty entry");
+      // The old spelling of a promoted mode, "hopper-tc/cublas", reads as the table's "hopper-tc:cublas".
+      if (key == "mode") std::replace(item.begin(), item.end(), '/', ':');
       (item.front() == '!' ? m.none_of : m.any_of).push_back(item.front() == '!' ? item.substr(1) : item);
     }
     g.match.push_back(std::move(m));

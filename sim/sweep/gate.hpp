@@ -60,7 +60,7 @@ void check_baseline(const std::vector<results::CaseRow>& rows, const std::vector
 void check_identities(const std::vector<results::CaseRow>& rows, const std::vector<results::CaseRow>* baseline,
                       const std::vector<Gate>& gates, GateReport& rep);
 
-// "case 12 op tp=2 A=[R] W=[S(1)] fwd out promote-fp32/cublas": how failures name a row.
+// "case 12 op tp=2 A=[R] W=[S(1)] fwd out promote-fp32:cublas": how failures name a row.
 std::string row_label(const results::CaseRow& r);
 // (case_key, pass, tensor): the identity of a row across runs. Without the backend, the same case
 // run on two backends (CPU reference vs a GPU backend) has one identity.

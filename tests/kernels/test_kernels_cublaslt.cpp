@@ -1,6 +1,6 @@
 // The cuBLASLt block-scaled grouped passes (kernels/cublaslt_grouped.hpp, through the
 // cuda-cublaslt backend so that token padding is the backend's): bitwise against reference/'s
-// hopper-tc/cublas given the split-K count of each call (every output, bf16 and fp32, every pass,
+// hopper-tc:cublas given the split-K count of each call (every output, bf16 and fp32, every pass,
 // the shapes where cuBLASLt splits K included; the split counts seen are printed), and against
 // hp64 at torchao's op-level floors; the per-tensor mode (fp8moe-bench-kernels' baseline) against
 // a CPU product of the decoded codes. Label gpu: exits 77 without a device.
@@ -90,7 +90,7 @@ double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c,
   const TensorD want = run_pass(cpu, p, c, seed, opt);
   REQUIRE(want.shape == got.shape);
   const Metrics m = compare(want.data, got.data);
-  std::printf("cublaslt vs hopper-tc/cublas (%s) | %-34s | %-5s | %-4s | M=%-5d N=%-5lld K=%-5lld | splits %-12s| "
+  std::printf("cublaslt vs hopper-tc:cublas (%s) | %-34s | %-5s | %-4s | M=%-5d N=%-5lld K=%-5lld | splits %-12s| "
               "bitwise-equal %.6f | %.2f dB\n",
               cpu.name().c_str(), c.name, pass_name(p), out_dtype_name(out), c.offs.back(), static_cast<long long>(c.N),
               static_cast<long long>(c.K), splits.c_str(), m.bitwise_equal_frac, m.sqnr_db);
@@ -125,7 +125,7 @@ void print_seen(const std::map<int, int>& seen) {
   std::printf("\n");
 }
 
-TEST_CASE("cuBLASLt grouped passes equal reference hopper-tc/cublas bitwise, every output") {
+TEST_CASE("cuBLASLt grouped passes equal reference hopper-tc:cublas bitwise, every output") {
   const std::uint64_t base = test::seed_for(601);
   CAPTURE(base);
   auto lt = sim::make_backend("cuda-cublaslt");
@@ -159,7 +159,7 @@ TEST_CASE("cuBLASLt grouped passes equal reference hopper-tc/cublas bitwise, eve
   print_seen(seen);
 }
 
-TEST_CASE("cuBLASLt split-K (small M, long K: wgrad with long token groups) equals hopper-tc/cublas bitwise") {
+TEST_CASE("cuBLASLt split-K (small M, long K: wgrad with long token groups) equals hopper-tc:cublas bitwise") {
   // fp8moe gives cuBLASLt a 32 MiB workspace, and with it the heuristic splits K for few rows and a
   // long contraction (reference/SPEC.md 15.3's measurement: 32 x 512 x 16384, 64 x 7168 x 16384). wgrad contracts
   // along tokens: long token groups with small N, K are its split candidates.
@@ -237,7 +237,7 @@ std::vector<std::int32_t> balanced_offs(int E, std::int32_t rows) {
   return offs;
 }
 
-TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc/cublas model on the GPU bitwise") {
+TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc:cublas model on the GPU bitwise") {
   // The model here is cuda-simt's hopper-tc kernel (bitwise the CPU model: test_kernels_simt_gemm)
   // given each call's split count: the CPU would take hours at these shapes.
   const std::uint64_t base = test::seed_for(604);
@@ -283,7 +283,7 @@ TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc/cublas mod
     const TensorD want = run_pass(*simt, b.pass, b.c, seed, opt);
     REQUIRE(want.shape == got.shape);
     const Metrics m = compare(want.data, got.data);
-    std::printf("cublaslt vs hopper-tc/cublas (GPU model) | %-38s | %-5s | %-4s | splits %s| %lld outputs | bitwise-equal "
+    std::printf("cublaslt vs hopper-tc:cublas (GPU model) | %-38s | %-5s | %-4s | splits %s| %lld outputs | bitwise-equal "
                 "%.6f | %.2f dB\n",
                 b.c.name, pass_name(b.pass), out_dtype_name(b.out), splits.c_str(), static_cast<long long>(got.numel()),
                 m.bitwise_equal_frac, m.sqnr_db);

@@ -143,7 +143,7 @@ TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is 
   CHECK(names[0] == "reference");
   CHECK(names[1] == "cuda-simt");
   CHECK(names[2] == "cuda-cublaslt");
-  GemmOptions opt;  // promote-fp32/deepgemm, e4m3, block 128, bf16
+  GemmOptions opt;  // promote-fp32:deepgemm, e4m3, block 128, bf16
   CHECK(sim::backend_unsupported("cuda-simt", opt).empty());
   // cuBLASLt is held to the model of what it computes: hopper-tc:cublas, nothing else
   CHECK(sim::backend_unsupported("cuda-cublaslt", opt).find("use mode hopper-tc:cublas") != std::string::npos);

@@ -88,6 +88,22 @@ class Loading(unittest.TestCase):
         with self.assertRaisesRegex(fr.NotASweepResult, "no root attribute 'format'"):
             fr.load_cases(no_attr)
 
+    def test_old_mode_spelling_reads_as_today_s(self):
+        # Files written before 2026-12-05 say "hopper-tc/cublas" in mode and case_key.
+        old = os.path.join(WORK, "old_spelling.h5")
+        with h5py.File(RUN0, "r") as src, h5py.File(old, "w") as dst:
+            for k, v in src.attrs.items():
+                dst.attrs[k] = v
+            t = src["cases"][()]
+            t["mode"][0] = b"hopper-tc/cublas"
+            t["case_key"][0] = b"level=op mode=hopper-tc/cublas scenario=promote-fp32/x"
+            t["mode"][1] = b"promote-fp32/deepgemm"
+            dst["cases"] = t
+        df = fr.load_cases(old)
+        self.assertEqual(list(df["mode"][:2]), ["hopper-tc:cublas", "promote-fp32:deepgemm"])
+        self.assertEqual(df["case_key"][0], "level=op mode=hopper-tc:cublas scenario=promote-fp32/x")
+        self.assertEqual(list(df["mode"][2:]), list(fr.load_cases(RUN0)["mode"][2:]))
+
     def test_missing_column_is_an_error(self):
         cut = os.path.join(WORK, "cut.h5")
         with h5py.File(RUN0, "r") as src, h5py.File(cut, "w") as dst:
@@ -208,7 +224,7 @@ class ShippedGates(unittest.TestCase):
         self.assertEqual(fr.floor_for(row(pass_="fwd")), 27.0)
         self.assertEqual(fr.floor_for(row(pass_="dgrad")), 26.0)
         self.assertEqual(fr.floor_for(row(pass_="wgrad")), 26.0)
-        self.assertEqual(fr.floor_for(row(pass_="fwd", mode="promote-fp32/cublas")), 27.0)
+        self.assertEqual(fr.floor_for(row(pass_="fwd", mode="promote-fp32:cublas")), 27.0)
         self.assertTrue(math.isnan(fr.floor_for(row(pass_="fwd", mode="hp64"))))
         self.assertTrue(math.isnan(fr.floor_for(row(pass_="fwd", mode="bf16"))))
         self.assertTrue(math.isnan(fr.floor_for(row(pass_="fwd", dist="outliers"))))
@@ -283,6 +299,13 @@ class GateRules(unittest.TestCase):
     """sim/sweep/gate.cpp's rules on gates written here (tests/notebooks/check_gates.py holds the
     helper to `fp8moe gate` itself on a real sweep)."""
 
+    def test_a_mode_in_the_old_spelling_matches_today_s(self):
+        g = gates("[gate.m]\nmode = hopper-tc/cublas; !promote-fp32/deepgemm\nmetric = sqnr_db\nmin_db = 1\n")[0]
+        (m,) = g.match
+        self.assertEqual((m.any_of, m.none_of), (("hopper-tc:cublas",), ("promote-fp32:deepgemm",)))
+        self.assertTrue(m.holds("hopper-tc:cublas"))
+        self.assertFalse(m.holds("promote-fp32:deepgemm"))
+
     def test_parse_reads_every_field(self):
         g = gates("""
 # a comment
@@ -334,7 +357,7 @@ expect = bitwise
 
     def test_globs_are_fp8moes_not_fnmatch(self):
         g = fp8moe_gates.glob_match
-        self.assertTrue(g("promote-fp32*", "promote-fp32/cublas"))
+        self.assertTrue(g("promote-fp32*", "promote-fp32:cublas"))
         self.assertTrue(g("dw*", "dw1") and g("w*_new", "w1_new") and g("?w?", "dw1"))
         self.assertFalse(g("fwd", "fwd2") or g("fwd", "xfwd") or g("?", ""))
         self.assertTrue(g("*[S(1)]*", "A=[R] W=[S(1)]"))

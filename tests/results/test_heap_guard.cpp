@@ -384,3 +384,24 @@ TEST_CASE("string attributes: fixed-length up to a 16 MiB scenario text: variabl
     CHECK(m.find("numpy.bytes_") != std::string::npos);
   }
 }
+
+TEST_CASE("rows written before 2026-12-05 spell promoted modes with '/': read in today's ':' spelling") {
+  const std::uint64_t seed = fp8moe::test::seed_for(167);
+  INFO("seed " << seed);
+  fp8moe::test::TempDir dir(seed);
+  auto rows = random_rows(seed, 6);
+  const char* old_modes[] = {"hopper-tc/cublas", "promote-fp32/deepgemm", "exact", "hopper-tc:deepgemm", "bf16", "hp64"};
+  const char* new_modes[] = {"hopper-tc:cublas", "promote-fp32:deepgemm", "exact", "hopper-tc:deepgemm", "bf16", "hp64"};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].mode = old_modes[i];
+    rows[i].case_key = std::string("level=op placements=A=[R] seed=3 mode=") + old_modes[i] + " scenario=hopper-tc/x";
+  }
+  const auto back = fp8moe::results::read_cases(fp8moe::results::open_sweep(write_sweep(dir, rows)));
+  REQUIRE(back.size() == rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    CHECK(back[i].mode == new_modes[i]);
+    // Only the mode's value changes: another key's text with the same letters stays as written.
+    CHECK(back[i].case_key == std::string("level=op placements=A=[R] seed=3 mode=") + new_modes[i] + " scenario=hopper-tc/x");
+  }
+}

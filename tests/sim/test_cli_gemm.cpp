@@ -45,7 +45,7 @@ TEST_CASE("the built-in default: every pass and mode, all quantized modes above 
   CHECK(r.output.find("padding=on") != std::string::npos);
   for (const char* pass : {"\nfwd ", "\ndgrad ", "\nwgrad "}) CHECK(count(r.output, pass) == 8);
   CHECK(count(r.output, "ok (floor") == 18);
-  CHECK(count(r.output, "hopper-tc/cublas") == 3);
+  CHECK(count(r.output, "hopper-tc:cublas") == 3);
   CHECK(r.output.find("BELOW") == std::string::npos);
   CHECK(r.output.find("nan") == std::string::npos);
 }
@@ -56,7 +56,7 @@ TEST_CASE("hopper-tc:cublas outside cuBLASLt's options is refused before any wor
   const Run r = gemm("--block 64 --pass fwd --modes hopper-tc");
   CAPTURE(r.output);
   CHECK(r.rc == 0);
-  CHECK(count(r.output, "hopper-tc/deepgemm") == 1);
+  CHECK(count(r.output, "hopper-tc:deepgemm") == 1);
   CHECK(r.output.find("left out") != std::string::npos);  // the note names the family dropped
 }
 

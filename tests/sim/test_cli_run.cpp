@@ -68,7 +68,7 @@ TEST_CASE("--backend cuda-cublaslt without --mode runs hopper-tc:cublas, the mod
   CAPTURE(r.output);
   CHECK_FALSE(has(r, "use mode hopper-tc:cublas"));
   if (r.rc == 0) {
-    CHECK(has(r, "mode hopper-tc/cublas"));
+    CHECK(has(r, "mode hopper-tc:cublas"));
   } else {
     CHECK(r.rc == 2);
     CHECK(has(r, "cuda-cublaslt"));

@@ -188,6 +188,20 @@ TEST_CASE("gate fails a floor no run meets, and a baseline drop, naming case, va
   CHECK(same.rc == 0);
 }
 
+TEST_CASE("a gate's mode in the old spelling (promote-fp32/cublas) matches the table's promote-fp32:cublas") {
+  for (const char* mode : {"promote-fp32/cublas", "promote-fp32:cublas"}) {
+    const std::string gates = write_file("mode_spelling.ini", std::string("[gate.unreachable]\nmode = ") + mode +
+                                                                  "\nmetric = sqnr_db\nmin_db = 500\n");
+    const Run g = cli("gate", quote(small_run()) + " --gates " + quote(gates));
+    CAPTURE(mode);
+    CAPTURE(g.output);
+    CHECK(g.rc == 1);
+    CHECK(has(g, "FAIL unreachable: case "));
+    CHECK(has(g, " promote-fp32:cublas "));
+    CHECK_FALSE(has(g, "torchao-emulated"));  // the other mode of the run is not matched
+  }
+}
+
 TEST_CASE("an `expect = identical` gate holds a row to the baseline's row of the same case, and asks for one") {
   const std::string gates = write_file("identity_gates.ini",
                                   "[gate.same]\ndescription = the reference against itself\nbackend = reference\n"

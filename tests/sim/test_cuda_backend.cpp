@@ -1,7 +1,7 @@
 // The CUDA backends under the simulator (sim/backend/cuda_backend.hpp): op-level scenarios and
 // layer plans run with cuda-simt equal the reference backend bit for bit in promote-fp32 and
 // hopper-tc (both families), their GPU hp64 agrees to fp64 rounding, and cuda-cublaslt equals the
-// reference hopper-tc/cublas bit for bit at op level. Label gpu (built with tests/kernels' gate):
+// reference hopper-tc:cublas bit for bit at op level. Label gpu (built with tests/kernels' gate):
 // exits 77 without a device.
 #include <doctest/doctest.h>
 
@@ -94,7 +94,7 @@ TEST_CASE("op scenarios on cuda-simt equal the reference backend bitwise: GPU hp
   }
 }
 
-TEST_CASE("op scenarios on cuda-cublaslt equal the reference hopper-tc/cublas bitwise") {
+TEST_CASE("op scenarios on cuda-cublaslt equal the reference hopper-tc:cublas bitwise") {
   auto gpu = make_backend("cuda-cublaslt");
   auto cpu = make_backend("reference");
   std::uint64_t n = 0;
@@ -109,7 +109,7 @@ TEST_CASE("op scenarios on cuda-cublaslt equal the reference hopper-tc/cublas bi
     const Metrics m = compare(want.out.data, got.out.data);
     std::string splits;
     for (const std::int32_t k : gpu->take_splits_seen()) splits += std::to_string(k) + " ";
-    std::printf("op %-9s %-5s lhs=%-5s rhs=%-9s cuda-cublaslt vs reference hopper-tc/cublas: bitwise-equal %.6f, "
+    std::printf("op %-9s %-5s lhs=%-5s rhs=%-9s cuda-cublaslt vs reference hopper-tc:cublas: bitwise-equal %.6f, "
                 "%.2f dB, split-K seen: %s\n",
                 c.mesh, pass_name(c.pass), c.lhs, c.rhs, m.bitwise_equal_frac, m.sqnr_db, splits.c_str());
     CHECK(bitwise(want.single, got.single));
