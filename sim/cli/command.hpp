@@ -26,6 +26,7 @@ int cmd_report(const Args& args);
 int cmd_compare(const Args& args);
 int cmd_gate(const Args& args);
 int cmd_merge(const Args& args);
+int cmd_rules(const Args& args);
 
 // Parse `args` against `desc` (positional options optional); prints help and returns false when
 // --help was given.

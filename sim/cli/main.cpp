@@ -109,6 +109,7 @@ constexpr Command kCommands[] = {
     {"gemm", cmd_gemm, "run the fwd/dgrad/wgrad grouped passes in every arithmetic mode and print metrics"},
     {"run", cmd_run, "run one placement scenario on a fake mesh (op or layer level) and print its diagnostics"},
     {"check", cmd_check, "which arithmetic and placement your kernel's or framework's outputs match, bit for bit"},
+    {"rules", cmd_rules, "verify a framework's DTensor sharding-rule table by executing every strategy it would pick"},
     {"quantize", cmd_quantize, "quantize a tensor from an HDF5 file with a blockwise recipe"},
     {"bench", cmd_bench, "GPU kernels: quantizer GB/s next to a copy, GEMM TFLOP/s next to per-tensor cuBLASLt"},
     {"bench-cpu", cmd_bench_cpu, "GFLOP/s of the exact, promote-fp32 and hopper-tc CPU modes next to Eigen fp32"},

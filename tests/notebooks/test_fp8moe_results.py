@@ -53,6 +53,16 @@ def setUpModule():
     FOREIGN = make("foreign.h5", "--foreign")
 
 
+def rewritten_cases(name, edit):
+    """RUN0's attributes and its /cases table as `edit(table)` returns it, in a new file."""
+    path = os.path.join(WORK, name)
+    with h5py.File(RUN0, "r") as src, h5py.File(path, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        dst["cases"] = edit(src["cases"][()])
+    return path
+
+
 class Loading(unittest.TestCase):
     def test_cases_have_every_schema_column_and_decoded_strings(self):
         df = fr.load_cases(RUN0)
@@ -90,28 +100,18 @@ class Loading(unittest.TestCase):
 
     def test_old_mode_spelling_reads_as_today_s(self):
         # Files written before 2026-12-05 say "hopper-tc/cublas" in mode and case_key.
-        old = os.path.join(WORK, "old_spelling.h5")
-        with h5py.File(RUN0, "r") as src, h5py.File(old, "w") as dst:
-            for k, v in src.attrs.items():
-                dst.attrs[k] = v
-            t = src["cases"][()]
+        def edit(t):
             t["mode"][0] = b"hopper-tc/cublas"
             t["case_key"][0] = b"level=op mode=hopper-tc/cublas scenario=promote-fp32/x"
             t["mode"][1] = b"promote-fp32/deepgemm"
-            dst["cases"] = t
-        df = fr.load_cases(old)
+            return t
+        df = fr.load_cases(rewritten_cases("old_spelling.h5", edit))
         self.assertEqual(list(df["mode"][:2]), ["hopper-tc:cublas", "promote-fp32:deepgemm"])
         self.assertEqual(df["case_key"][0], "level=op mode=hopper-tc:cublas scenario=promote-fp32/x")
         self.assertEqual(list(df["mode"][2:]), list(fr.load_cases(RUN0)["mode"][2:]))
 
     def test_missing_column_is_an_error(self):
-        cut = os.path.join(WORK, "cut.h5")
-        with h5py.File(RUN0, "r") as src, h5py.File(cut, "w") as dst:
-            for k, v in src.attrs.items():
-                dst.attrs[k] = v
-            t = src["cases"][()]
-            names = [n for n in t.dtype.names if n != "sqnr_vs_single_db"]
-            dst["cases"] = t[names]
+        cut = rewritten_cases("cut.h5", lambda t: t[[n for n in t.dtype.names if n != "sqnr_vs_single_db"]])
         with self.assertRaisesRegex(ValueError, "lacks column.*sqnr_vs_single_db"):
             fr.load_cases(cut)
 

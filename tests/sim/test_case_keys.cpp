@@ -160,7 +160,6 @@ TEST_CASE("a key's value reaches the case key and the HDF5 row as the scenario s
     if (op) CHECK(row.pass == s.at("pass"));
     if (!op) CHECK(row.plan == s.at("plan"));
     std::string mode = s.at("mode");
-    std::replace(mode.begin(), mode.end(), ':', '/');
     CHECK(row.mode == mode);
     CHECK(row.pow2_scales == (quant && s.at("pow2_scales") == "true" ? 1 : 0));
     CHECK(row.routing == s.at("routing"));
