@@ -25,10 +25,12 @@ ALLOWED = {
     "sim/rules": {"reference", "sim/mesh", "sim/dtensor", "sim/spec"},
     "sim/runner": {"reference", "sim/mesh", "sim/comm", "sim/dtensor", "sim/spec", "sim/rules", "sim/backend"},
     "sim/plans": {"reference", "sim/mesh", "sim/comm", "sim/dtensor", "sim/spec", "sim/rules", "sim/backend"},
+    # fp8moe rules verify: executes a framework's rule table on the fake mesh (issue 21).
+    "sim/verify": {"reference", "sim/mesh", "sim/comm", "sim/dtensor", "sim/rules"},
     "sim/sweep": {"reference", "results", "scenarios", "kernels", "sim/limits", "sim/mesh", "sim/comm", "sim/dtensor",
                   "sim/spec", "sim/backend", "sim/rules", "sim/runner", "sim/plans"},
     "sim/cli": {"reference", "results", "scenarios", "kernels", "kernels/bench", "sim/limits", "sim/mesh", "sim/comm",
-                "sim/dtensor", "sim/spec", "sim/backend", "sim/rules", "sim/runner", "sim/plans", "sim/sweep"},
+                "sim/dtensor", "sim/spec", "sim/backend", "sim/rules", "sim/verify", "sim/runner", "sim/plans", "sim/sweep"},
 }
 SOURCE = re.compile(r"\.(hpp|cpp|cu|cuh|in)$")
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')

@@ -1,5 +1,5 @@
 // `fp8moe rules verify TABLE`: a framework's sharding-rule table checked by execution on the fake
-// mesh (sim/rules/verify.hpp). Exit 0 when every strategy DTensor would choose is correct, 1 when
+// mesh (sim/verify/rule_verify.hpp). Exit 0 when every strategy DTensor would choose is correct, 1 when
 // one is wrong or unsafe, 2 on a malformed table or bad options.
 #include <fmt/core.h>
 
@@ -9,7 +9,7 @@
 
 #include "reference/error.hpp"
 #include "sim/cli/command.hpp"
-#include "sim/rules/verify.hpp"
+#include "sim/verify/rule_verify.hpp"
 #include "sim/sweep/json_out.hpp"
 
 namespace fp8moe::cli {

@@ -1,5 +1,5 @@
 #pragma once
-// A framework's sharding-rule table, as `fp8moe rules verify` reads it (issue 21; the format is
+// A framework's sharding-rule table, as `fp8moe rules verify` reads it (issue 21, executed by sim/verify/rule_verify.hpp; the format is
 // documented in reference/SPEC.md 10.8 and scenarios/rules/README.md).
 //
 // A table is JSON: {"format": "fp8moe-rules-1", "source": "...", "ops": [OP, ...]}; each OP states

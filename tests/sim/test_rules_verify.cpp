@@ -1,4 +1,4 @@
-// `fp8moe rules verify` (issue 21, sim/rules/verify.hpp): the shipped tables' verdicts (fp8moe's own
+// `fp8moe rules verify` (issue 21, sim/verify/rule_verify.hpp): the shipped tables' verdicts (fp8moe's own
 // verify clean; torchao's PR table shows exactly its two defects, in every pass they reach), the
 // op each rank runs against hand-written oracles and fp8moe's reference quantizers, mutated tables
 // caught, malformed tables refused naming the entry, and the CLI's exit codes and JSON.
@@ -14,7 +14,7 @@
 #include "reference/error.hpp"
 #include "reference/formats.hpp"
 #include "reference/quantize.hpp"
-#include "sim/rules/verify.hpp"
+#include "sim/verify/rule_verify.hpp"
 #include "support/run_cli.hpp"
 #include "support/test_support.hpp"
 

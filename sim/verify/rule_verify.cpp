@@ -1,4 +1,4 @@
-#include "sim/rules/verify.hpp"
+#include "sim/verify/rule_verify.hpp"
 
 #include <fmt/core.h>
 
