@@ -2,11 +2,12 @@
 # The libFuzzer targets of tests/fuzz under ASan+UBSan, each for a bounded time (issue 16):
 #   fuzz_scenario  the scenario parser and expander (`fp8moe list`), seeds scenarios/*.ini
 #   fuzz_results   the result-file reader (`report`, `sweep --resume`), seeds results/baselines/*.h5
+#   fuzz_rules     the sharding-rule table parser and verifier (`rules verify`), seeds scenarios/rules/*.json
 # Built by clang in build-fuzz (the main build stays gcc). A crash, a sanitizer report, a leak,
 # an out-of-memory or an input slower than 10 s fails the script; the input is saved under
 # build-fuzz/artifacts/ and its path printed (reproduce: build-fuzz/bin/TARGET PATH). The corpus
 # grows in build-fuzz/corpus/TARGET between runs.
-#   scripts/fuzz.sh [SECONDS per target = 60] [TARGET...= both]
+#   scripts/fuzz.sh [SECONDS per target = 60] [TARGET...= all three]
 # Leaks inside libhdf5's own error paths are suppressed (tests/fuzz/lsan.supp says why).
 # Prints one line per target: executions, corpus size, result. From an empty build-fuzz, 60 s per
 # target took 160 s here (load average about 3.5), the build most of it.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_scenario fuzz_results)
+((${#targets[@]})) || targets=(fuzz_scenario fuzz_results fuzz_rules)
 dir=${FP8MOE_FUZZ_DIR:-build-fuzz}
 jobs=${FP8MOE_JOBS:-$(nproc)}
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 2; }
@@ -36,6 +37,7 @@ for target in "${targets[@]}"; do
   case $target in
     fuzz_scenario) seeds=(scenarios/*.ini) ;;
     fuzz_results) seeds=(results/baselines/*.h5) ;;
+    fuzz_rules) seeds=(scenarios/rules/*.json) ;;
   esac
   corpus=$dir/corpus/$target seed_dir=$dir/seeds/$target art=$dir/artifacts/$target
   mkdir -p "$corpus" "$seed_dir" "$art"

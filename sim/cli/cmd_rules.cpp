@@ -174,9 +174,6 @@ int cmd_rules(const Args& args) {
   if (format != "table" && format != "json") fail("--format ", format, ": use table or json");
   sim::RuleVerifyOptions opt;
   if (vm.count("mesh")) opt.meshes = vm["mesh"].as<std::vector<std::string>>();
-  for (const std::string& m : opt.meshes) {
-    if (sim::Mesh::parse(m).world() < 2) fail("--mesh ", m, ": verify on a mesh of 2 or more ranks, e.g. tp=2 or dp=2,tp=2");
-  }
   opt.seed = vm["seed"].as<std::uint64_t>();
   const sim::RuleTable table = sim::load_rule_table(vm["table"].as<std::string>());
   fmt::print(stderr, "# fp8moe rules verify: {} op(s) of {} on {} mesh(es)\n", table.ops.size(), table.path, opt.meshes.size());

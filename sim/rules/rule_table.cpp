@@ -41,7 +41,9 @@ std::string text(const Json& j, const Where& w) {
 }
 
 void refuse_unknown_keys(const Json& obj, std::initializer_list<const char*> known, const Where& w) {
-  for (const auto& [k, v] : obj.items()) {
+  if (!obj.is_object()) w.fail("expected an object {...}, got ", obj.type_name());
+  for (const auto& item : obj.items()) {
+    const std::string k = item.key();
     if (std::none_of(known.begin(), known.end(), [&](const char* x) { return k == x; })) {
       std::string list;
       for (const char* x : known) list += std::string(list.empty() ? "" : ", ") + x;

@@ -633,8 +633,45 @@ std::uint64_t mix(std::uint64_t seed, std::uint64_t a, std::uint64_t b) {
   return z ^ (z >> 31);
 }
 
-void verify_op(const RuleOp& op, std::size_t op_index, const RuleVerifyOptions& opt, RuleVerifyReport& rep) {
-  // The data arguments whose placements are enumerated; scales follow them, offsets stay Replicate.
+// The op's global arguments and its result on one device, for one (pass, shape set).
+struct SingleDevice {
+  std::vector<std::optional<TensorF>> args;
+  std::vector<double> bytes;   // per argument, for DTensor's cost
+  std::vector<TensorF> outputs;
+};
+
+SingleDevice single_device(const RuleOp& op, Pass p, const RuleShapes& sh, std::uint64_t seed, const std::string& table) {
+  SingleDevice d;
+  d.args = make_inputs(op, p, sh, seed);
+  std::vector<const TensorF*> in;
+  for (std::size_t i = 0; i < op.args.size(); ++i) {
+    in.push_back(d.args[i] ? &*d.args[i] : nullptr);
+    d.bytes.push_back(d.args[i] ? element_bytes(op.args[i]) * static_cast<double>(d.args[i]->numel()) : 0);
+  }
+  LocalResult one = run_local(op, p, in);
+  if (auto* f = std::get_if<LocalFailure>(&one)) {
+    fail("rule table '", table, "': ", op.where, " (", op.name, "), ", pass_name(p), ": the op does not run on one device with ",
+         sh.str(), ": ", f->why, ": fix the arguments' shapes");
+  }
+  d.outputs = std::move(std::get<std::vector<TensorF>>(one));
+  for (std::size_t o = 0; o < op.outputs.size(); ++o) {
+    if (d.outputs[o].shape != global_shape(op.outputs[o].shape.at(p), sh)) {
+      fail("rule table '", table, "': ", op.where, ": ", pass_name(p), ": the output ", op.outputs[o].name, " is ",
+           shape_expr_str(op.outputs[o].shape.at(p)), " but the op computes ", shape_text(d.outputs[o].shape));
+    }
+  }
+  return d;
+}
+
+// The input placements of one case: the data arguments' as enumerated, each scale as its data,
+// everything else Replicate. `inputs` says them: "a=[S(0)] b=[R]".
+struct InputPlacements {
+  std::vector<std::optional<Placements>> per_arg;
+  std::string text;
+};
+
+// Every combination of placements of the op's data arguments on `mesh`, first argument outermost.
+std::vector<InputPlacements> input_placements(const RuleOp& op, Pass p, const Mesh& mesh) {
   std::vector<std::size_t> data;
   std::map<std::size_t, std::size_t> follows;  // scale argument -> its data argument
   for (std::size_t i = 0; i < op.args.size(); ++i) {
@@ -643,91 +680,86 @@ void verify_op(const RuleOp& op, std::size_t op_index, const RuleVerifyOptions& 
     if (role == "lhs_scale") follows[i] = arg_at(op, "lhs");
     if (role == "rhs_scale") follows[i] = arg_at(op, "rhs");
   }
+  std::vector<std::vector<Placements>> options;
+  for (std::size_t i : data) options.push_back(placement_options(static_cast<int>(op.args[i].shape.at(p).size()), mesh));
+  std::vector<InputPlacements> out;
+  std::vector<std::size_t> at(data.size(), 0);
+  while (true) {
+    InputPlacements c;
+    c.per_arg.resize(op.args.size());
+    for (std::size_t k = 0; k < data.size(); ++k) {
+      c.per_arg[data[k]] = options[k][at[k]];
+      c.text += cat(k ? " " : "", op.args[data[k]].name, "=", str(options[k][at[k]]));
+    }
+    for (const auto& [s, d] : follows) c.per_arg[s] = c.per_arg[d];
+    for (std::size_t i = 0; i < op.args.size(); ++i) {
+      if (op.args[i].tensor && !c.per_arg[i]) c.per_arg[i] = replicated(mesh);
+    }
+    out.push_back(std::move(c));
+    std::size_t k = at.size();
+    while (k > 0 && ++at[k - 1] == options[k - 1].size()) at[--k] = 0;
+    if (k == 0) break;
+  }
+  return out;
+}
+
+// Every case of one (pass, mesh, shape set); marks the single-dim strategies chosen.
+void verify_cases(const RuleOp& op, Pass p, const Mesh& mesh, const RuleShapes& sh, const SingleDevice& one,
+                  std::vector<int>& chosen, RuleVerifyReport& rep) {
+  const std::vector<MeshStrategy> cands = expand(op, p, mesh, sh);
+  std::map<int, Outcome> done;  // by chosen strategy: the outcome depends on it alone
+  for (const InputPlacements& in : input_placements(op, p, mesh)) {
+    RuleVerifyRow row;
+    row.op = op.name;
+    row.pass = p;
+    row.mesh = mesh.str();
+    row.shapes = sh.name;
+    row.inputs = in.text;
+    row.redistribution = "none";
+    const Choice c = select(op, cands, in.per_arg, one.bytes, mesh);
+    if (c.index < 0) {
+      row.verdict = RuleVerdict::unreachable;
+      row.detail = c.why_none;
+      row.sqnr_db = kNaN;
+      rep.rows.push_back(std::move(row));
+      continue;
+    }
+    const MeshStrategy& st = cands[static_cast<std::size_t>(c.index)];
+    for (int s : st.pick) {
+      row.strategy.push_back(op.strategies[static_cast<std::size_t>(s)].number);
+      chosen[static_cast<std::size_t>(s)] = 1;
+    }
+    row.strategy_text = strategies_text(op, st.pick);
+    row.cost = c.cost;
+    std::string moved;
+    for (std::size_t i = 0; i < op.args.size(); ++i) {
+      const auto& from = in.per_arg[i];
+      if (from && *from != *st.args[i]) moved += cat(moved.empty() ? "" : ", ", op.args[i].name, " ", str(*from), "->", str(*st.args[i]));
+    }
+    if (!moved.empty()) row.redistribution = moved;
+    auto it = done.find(c.index);
+    if (it == done.end()) it = done.emplace(c.index, run_strategy(op, p, mesh, st, in.per_arg, one.args, one.outputs)).first;
+    row.verdict = it->second.verdict;
+    row.detail = it->second.detail;
+    row.sqnr_db = it->second.sqnr_db;
+    rep.rows.push_back(std::move(row));
+  }
+}
+
+void verify_op(const RuleOp& op, std::size_t op_index, const RuleVerifyOptions& opt, RuleVerifyReport& rep) {
   for (Pass p : op.passes) {
-    std::vector<int> chosen_any(op.strategies.size(), 0);
-    for (std::size_t si = 0; si < opt.shapes.size(); ++si) {
-      const RuleShapes& sh = opt.shapes[si];
-      const auto global = make_inputs(op, p, sh, mix(opt.seed, op_index * 8 + static_cast<std::uint64_t>(p), si));
-      std::vector<const TensorF*> gin;
-      std::vector<double> bytes;
-      for (std::size_t i = 0; i < op.args.size(); ++i) {
-        gin.push_back(global[i] ? &*global[i] : nullptr);
-        bytes.push_back(global[i] ? element_bytes(op.args[i]) * static_cast<double>(global[i]->numel()) : 0);
-      }
-      LocalResult one = run_local(op, p, gin);
-      if (auto* f = std::get_if<LocalFailure>(&one)) {
-        fail("rule table '", rep.table, "': ", op.where, " (", op.name, "), ", pass_name(p), ": the op does not run on one device with ",
-             sh.str(), ": ", f->why, ": fix the arguments' shapes");
-      }
-      const std::vector<TensorF> single = std::get<std::vector<TensorF>>(one);
-      for (std::size_t o = 0; o < op.outputs.size(); ++o) {
-        if (single[o].shape != global_shape(op.outputs[o].shape.at(p), sh)) {
-          fail("rule table '", rep.table, "': ", op.where, ": ", pass_name(p), ": the output ", op.outputs[o].name, " is ",
-               shape_expr_str(op.outputs[o].shape.at(p)), " but the op computes ", shape_text(single[o].shape));
-        }
-      }
-      for (const std::string& mesh_text : opt.meshes) {
-        const Mesh mesh = Mesh::parse(mesh_text);
-        const std::vector<MeshStrategy> cands = expand(op, p, mesh, sh);
-        std::map<int, Outcome> done;  // by chosen strategy: the outcome depends on it alone
-        // Every placement of every data argument, first argument outermost.
-        std::vector<std::vector<Placements>> options;
-        for (std::size_t i : data) options.push_back(placement_options(static_cast<int>(op.args[i].shape.at(p).size()), mesh));
-        std::vector<std::size_t> at(data.size(), 0);
-        while (true) {
-          std::vector<std::optional<Placements>> in(op.args.size());
-          std::string inputs;
-          for (std::size_t k = 0; k < data.size(); ++k) {
-            in[data[k]] = options[k][at[k]];
-            inputs += cat(k ? " " : "", op.args[data[k]].name, "=", str(options[k][at[k]]));
-          }
-          for (const auto& [s, d] : follows) in[s] = in[d];
-          for (std::size_t i = 0; i < op.args.size(); ++i) {
-            if (op.args[i].tensor && !in[i]) in[i] = replicated(mesh);
-          }
-          RuleVerifyRow row;
-          row.op = op.name;
-          row.pass = p;
-          row.mesh = mesh.str();
-          row.shapes = sh.name;
-          row.inputs = inputs;
-          const Choice c = select(op, cands, in, bytes, mesh);
-          if (c.index < 0) {
-            row.verdict = RuleVerdict::unreachable;
-            row.detail = c.why_none;
-            row.sqnr_db = kNaN;
-            row.redistribution = "none";
-          } else {
-            const MeshStrategy& st = cands[static_cast<std::size_t>(c.index)];
-            for (int s : st.pick) {
-              row.strategy.push_back(op.strategies[static_cast<std::size_t>(s)].number);
-              chosen_any[static_cast<std::size_t>(s)] = 1;
-            }
-            row.strategy_text = strategies_text(op, st.pick);
-            row.cost = c.cost;
-            for (std::size_t i = 0; i < op.args.size(); ++i) {
-              if (in[i] && *in[i] != *st.args[i]) {
-                row.redistribution += cat(row.redistribution.empty() ? "" : ", ", op.args[i].name, " ", str(*in[i]), "->",
-                                          str(*st.args[i]));
-              }
-            }
-            if (row.redistribution.empty()) row.redistribution = "none";
-            auto it = done.find(c.index);
-            if (it == done.end()) it = done.emplace(c.index, run_strategy(op, p, mesh, st, in, global, single)).first;
-            row.verdict = it->second.verdict;
-            row.detail = it->second.detail;
-            row.sqnr_db = it->second.sqnr_db;
-          }
-          rep.rows.push_back(std::move(row));
-          std::size_t k = at.size();
-          while (k > 0 && ++at[k - 1] == options[k - 1].size()) at[--k] = 0;
-          if (k == 0) break;
-        }
+    std::vector<int> chosen(op.strategies.size(), 0);
+    for (const std::string& mesh_text : opt.meshes) {
+      const Mesh mesh = Mesh::parse(mesh_text);
+      for (std::size_t si = 0; si < opt.shapes.size(); ++si) {
+        const RuleShapes sh = opt.shapes[si].on(mesh);
+        const SingleDevice one = single_device(op, p, sh, mix(opt.seed, op_index * 8 + static_cast<std::uint64_t>(p), si), rep.table);
+        verify_cases(op, p, mesh, sh, one, chosen, rep);
       }
     }
     for (std::size_t s = 0; s < op.strategies.size(); ++s) {
       const auto& ps = op.strategies[s].passes;
-      if (chosen_any[s] || std::find(ps.begin(), ps.end(), p) == ps.end()) continue;
+      if (chosen[s] || std::find(ps.begin(), ps.end(), p) == ps.end()) continue;
       const std::string why = not_applicable(op, op.strategies[s], p);
       rep.never_chosen.push_back(cat(op.name, " ", pass_name(p), ": ", op.strategies[s].str(op.args), ": ",
                                      why.empty() ? "never chosen (another strategy always wins)" : "not applicable: " + why));
@@ -766,11 +798,20 @@ std::int64_t RuleShapes::size(char letter) const {
 std::string RuleShapes::str() const {
   std::string o;
   for (std::int32_t v : offs) o += (o.empty() ? "" : ",") + std::to_string(v);
-  return cat("E=", offs.size(), " M=", size('M'), " offs=", o, " N=", n, " K=", k);
+  const auto nk = [](std::int64_t v) { return v ? std::to_string(v) : cat(kRuleBlock, "*max(4,ranks)"); };
+  return cat("E=", offs.size(), " M=", size('M'), " offs=", o, " N=", nk(n), " K=", nk(k));
+}
+
+RuleShapes RuleShapes::on(const Mesh& mesh) const {
+  RuleShapes s = *this;
+  const std::int64_t whole = static_cast<std::int64_t>(kRuleBlock) * std::max(4, mesh.world());
+  if (s.n == 0) s.n = whole;
+  if (s.k == 0) s.k = whole;
+  return s;
 }
 
 std::vector<RuleShapes> default_rule_shapes() {
-  return {{"E3-M45", {20, 20, 45}, 512, 512}, {"E4-M64", {16, 32, 48, 64}, 512, 512}};
+  return {{"E3-M45", {20, 20, 45}, 0, 0}, {"E4-M64", {16, 32, 48, 64}, 0, 0}};
 }
 
 std::vector<TensorF> run_rule_op(const RuleOp& op, Pass p, const std::vector<const TensorF*>& args) {
@@ -792,7 +833,14 @@ RuleVerifyReport verify_rules(const RuleTable& table, const RuleVerifyOptions& o
   rep.table = table.path;
   rep.source = table.source;
   rep.seed = opt.seed;
-  for (const std::string& m : opt.meshes) (void)Mesh::parse(m);
+  if (opt.meshes.empty()) fail("rules verify: no mesh to verify on: give one, e.g. tp=2");
+  for (const std::string& m : opt.meshes) {
+    const int world = Mesh::parse(m).world();
+    if (world < 2 || world > 16) {
+      fail("--mesh ", m, ": ", world, " rank(s): verify on a mesh of 2 to 16 ranks, e.g. tp=2 or dp=2,tp=2 (N and K grow "
+           "with the ranks so that shards hold whole blocks)");
+    }
+  }
   for (std::size_t i = 0; i < table.ops.size(); ++i) verify_op(table.ops[i], i, opt, rep);
   return rep;
 }

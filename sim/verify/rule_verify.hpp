@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "reference/tensor.hpp"
+#include "sim/mesh/mesh.hpp"
 #include "sim/rules/rule_table.hpp"
 
 namespace fp8moe::sim {
@@ -42,13 +43,15 @@ bool rule_verdict_is_defect(RuleVerdict v);    // wrong-shape, wrong-values, uns
 struct RuleShapes {
   std::string name;                 // "E3-M45"
   std::vector<std::int32_t> offs;   // token-group ends: E = offs.size(), M = offs.back()
-  std::int64_t n = 512, k = 512;
+  std::int64_t n = 0, k = 0;         // 0: 128 * max(4, the mesh's ranks), see on()
   std::int64_t size(char letter) const;
   std::string str() const;          // "E=3 M=45 offs=20,20,45 N=512 K=512"
+  // N and K resolved for a mesh: 128 blocks times max(4, its ranks), so that every shard of a
+  // blocked dim (over any mesh dims) holds whole 128-blocks.
+  RuleShapes on(const Mesh& mesh) const;
 };
 // The default sets: E=3, M=45, offs 20,20,45 (uneven over 2 and 4 ranks, an empty group, 3
-// experts over 2) and E=4, M=64; N = K = 512 so that every shard of a blocked dim over up to 4
-// ranks holds whole 128-blocks.
+// experts over 2) and E=4, M=64; N and K as on() gives them (512 on up to 4 ranks).
 std::vector<RuleShapes> default_rule_shapes();
 
 struct RuleVerifyOptions {

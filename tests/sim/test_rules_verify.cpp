@@ -192,7 +192,10 @@ TEST_CASE("mutated tables are caught: a wrong output dim, a missing scale placem
 TEST_CASE("the op each rank runs equals hand-written oracles and fp8moe's reference quantizers") {
   const std::uint64_t seed = fp8moe::test::seed_for(229);
   INFO("seed " << seed);
-  const RuleShapes sh = default_rule_shapes().front();  // E=3, offs 20,20,45: an empty group
+  // N and K grow with the mesh (whole 128-blocks on every shard): 512 up to 4 ranks, 128 per rank beyond.
+  CHECK(default_rule_shapes().front().on(Mesh::parse("tp=2")).n == 512);
+  CHECK(default_rule_shapes().front().on(Mesh::parse("dp=2,tp=4")).k == 1024);
+  const RuleShapes sh = default_rule_shapes().front().on(Mesh::parse("dp=2,tp=2"));  // E=3, offs 20,20,45; N=K=512
   const auto ptrs = [](const std::vector<std::optional<TensorF>>& in) {
     std::vector<const TensorF*> p;
     for (const auto& t : in) p.push_back(t ? &*t : nullptr);
@@ -293,6 +296,7 @@ TEST_CASE("malformed tables are refused naming the entry and the fix") {
       {mutate(t, R"j("fwd": "M,K/128")j", R"j("fwd": "K/128,M")j"), {"ops[0]", "a_s", "same order"}},
       {mutate(t, R"j("wgrad": "E,N,K"})j", R"j("wgrad": "E,N"})j"), {"ops[0]", "wgrad", "the output is 3-D with E"}},
       {mutate(t, R"j("kind": "grouped_mm")j", R"j("kind": "gemm")j"), {"ops[0].kind", "grouped_mm or quantize"}},
+      {mutate(t, R"j({"name": "out_dtype", "tensor": false})j", R"j("out_dtype")j"), {"ops[0].arguments[5]", "expected an object"}},
       {mutate(t, R"j("fwd": "E,K,N")j", R"j("fwd": "E,K,Q")j"), {"ops[0].arguments[1].shape.fwd", "'Q'"}},
   };
   for (const auto& [text, words] : bad) {
@@ -347,7 +351,10 @@ TEST_CASE("fp8moe rules verify: exit 1 on torchao's table with the defects named
   CHECK(sub.output.find("the subcommand is verify") != std::string::npos);
   const auto one = fp8moe::test::run_cli("rules", "verify " + quote(kOwnMm) + " --mesh 1");
   CHECK(one.rc == 2);
-  CHECK(one.output.find("a mesh of 2 or more ranks") != std::string::npos);
+  CHECK(one.output.find("a mesh of 2 to 16 ranks") != std::string::npos);
+  const auto big = fp8moe::test::run_cli("rules", "verify " + quote(kOwnMm) + " --mesh dp=4,tp=8");
+  CHECK(big.rc == 2);
+  CHECK(big.output.find("--mesh dp=4,tp=8: 32 rank(s)") != std::string::npos);
 }
 
 }  // namespace fp8moe::sim
