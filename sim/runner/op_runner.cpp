@@ -227,7 +227,7 @@ std::pair<TensorF, TensorF> op_inputs(const CaseSpec& sc) {
   return {std::move(lhs), std::move(rhs)};
 }
 
-OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
+OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external, const OpRunOptions& opt) {
   const Mesh mesh = Mesh::parse(sc.mesh);
   std::unique_ptr<Communicator> owned;
   if (!external) owned = std::make_unique<FakeCommunicator>(mesh);
@@ -245,11 +245,13 @@ OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
   // Global inputs (the user's, or the same numbers any rank would generate for its slice), and the
   // single-device results of the same mode and of hp64.
   std::tie(run.lhs, run.rhs) = op_inputs(sc);
-  run.single = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, sc.gemm);
-  GemmOptions hp = sc.gemm;
-  hp.mode = Mode::hp64;
-  hp.out = OutDtype::fp64;
-  run.hp64 = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, hp);
+  if (opt.references) {
+    run.single = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, sc.gemm);
+    GemmOptions hp = sc.gemm;
+    hp.mode = Mode::hp64;
+    hp.out = OutDtype::fp64;
+    run.hp64 = run_local_pass(backend, p, run.lhs, run.rhs, sc.offs, hp);
+  }
 
   ScenarioReport& rep = run.report;
   rep.level = "op";
@@ -266,6 +268,7 @@ OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* external) {
   DTensor o = reduce_partials(sc, d, mesh, comm, local_passes(sc, backend, d, mesh, comm, l, r, run), rep);
   rep.comm_bytes_max_rank = comm.stats().max_bytes();  // the op's own traffic; the gather below is the harness's
   run.out = to_double(full_tensor(o, comm, sc.reduce));
+  if (!opt.references) return run;
 
   const TensorReport t = output_report(sc, d, mesh, run, rep);
   rep.block_aligned = t.block_aligned;

@@ -37,7 +37,13 @@ struct OpRun {
 // Throws an Error with the rules' reason when the placements are rejected. `comm`: the mesh's
 // communicator (a FakeCommunicator holding every rank when none is given); with a real one this
 // process computes its own ranks' passes (`local` holds only those) and every rank gets `out`.
-OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* comm = nullptr);
+struct OpRunOptions {
+  // false: only the placement's output (run.out, run.local): no single-device or hp64 pass and no
+  // metrics (report.tensors empty). `fp8moe check` compares that output with the user's and needs
+  // nothing else: a third of the GEMM work.
+  bool references = true;
+};
+OpRun run_op(const CaseSpec& sc, Backend& backend, Communicator* comm = nullptr, const OpRunOptions& opt = {});
 
 // The pass's global inputs (lhs, rhs): the user's (sc.given) or generated from the seed, as run_op
 // takes them.

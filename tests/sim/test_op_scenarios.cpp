@@ -340,4 +340,24 @@ TEST_CASE("every enumerated placement runs and meets the floors vs hp64") {
   }
 }
 
+TEST_CASE("run_op without references (fp8moe check's use) gives the same output bitwise, and no reference passes") {
+  auto backend = make_backend("reference");
+  const std::uint64_t seed = seed_for(131);
+  CAPTURE(seed);
+  for (const auto& [mesh, p, lhs, rhs] : {std::tuple{"tp=2", Pass::fwd, "S(1)", "S(2)"}, std::tuple{"tp=2", Pass::dgrad, "R", "S(2)"},
+                                          std::tuple{"dp=2,tp=2", Pass::wgrad, "R,S(1)", "R,R"}, std::tuple{"1", Pass::fwd, "", ""}}) {
+    CAPTURE(std::string(mesh));
+    CAPTURE(pass_name(p));
+    const CaseSpec sc = scenario(mesh, p, lhs, rhs, kE3, kOffs3, seed);
+    const OpRun full = run_op(sc, *backend);
+    const OpRun lean = run_op(sc, *backend, nullptr, {.references = false});
+    REQUIRE(full.out.shape == lean.out.shape);
+    CHECK(std::memcmp(full.out.data.data(), lean.out.data.data(), full.out.data.size() * sizeof(double)) == 0);
+    CHECK(lean.single.numel() == 0);
+    CHECK(lean.hp64.numel() == 0);
+    CHECK(lean.report.tensors.empty());
+    CHECK(full.report.tensors.size() == 1);
+  }
+}
+
 }  // namespace fp8moe::sim
