@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "reference/datagen.hpp"
 #include "reference/error.hpp"
 #include "sim/cli/command.hpp"
 #include "sim/verify/rule_verify.hpp"
@@ -16,7 +17,7 @@ namespace fp8moe::cli {
 namespace {
 
 const char* kUsage =
-    "usage: fp8moe rules verify TABLE [--mesh MESH]... [--seed N] [--all] [--format table|json]\n"
+    "usage: fp8moe rules verify TABLE [--mesh MESH]... [--offs LIST [--n N] [--k K]]... [--seed N] [--all] [--format table|json]\n"
     "  TABLE: a JSON sharding-rule table (format: scenarios/rules/README.md; examples in scenarios/rules/)";
 
 std::string numbers(const std::vector<int>& s) {
@@ -159,6 +160,11 @@ int cmd_rules(const Args& args) {
       "mesh", po::value<std::vector<std::string>>()->composing(),
       "a mesh to verify on, repeatable (default: tp=2 and dp=2,tp=2)")(
       "seed", po::value<std::uint64_t>()->default_value(0), "seed of the random codes, scales and inputs")(
+      "offs", po::value<std::vector<std::string>>()->composing(),
+      "a shape set's token-group ends, e.g. 20,20,45 (E = their count, M = the last), repeatable; replaces the "
+      "default sets")("n", po::value<std::int64_t>()->default_value(0),
+                      "N of the --offs sets, a multiple of 128 (default 0: 128 x max(4, ranks))")(
+      "k", po::value<std::int64_t>()->default_value(0), "K of the --offs sets, likewise")(
       "all", po::bool_switch(), "print every row, not only the defects and unreachable ones")(
       "format", po::value<std::string>()->default_value("table"), "table or json");
   if (args.empty() || (args[0] != "verify" && args[0] != "--help" && args[0] != "-h")) {
@@ -175,6 +181,15 @@ int cmd_rules(const Args& args) {
   sim::RuleVerifyOptions opt;
   if (vm.count("mesh")) opt.meshes = vm["mesh"].as<std::vector<std::string>>();
   opt.seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("offs")) {
+    opt.shapes.clear();
+    for (const std::string& o : vm["offs"].as<std::vector<std::string>>()) {
+      sim::RuleShapes sh{"offs=" + o, parse_int_list(o, "--offs"), vm["n"].as<std::int64_t>(), vm["k"].as<std::int64_t>()};
+      opt.shapes.push_back(std::move(sh));
+    }
+  } else if (!vm["n"].defaulted() || !vm["k"].defaulted()) {
+    fail("--n and --k size the --offs shape sets: give --offs too (e.g. --offs 20,20,45 --n 256 --k 256)");
+  }
   const sim::RuleTable table = sim::load_rule_table(vm["table"].as<std::string>());
   fmt::print(stderr, "# fp8moe rules verify: {} op(s) of {} on {} mesh(es)\n", table.ops.size(), table.path, opt.meshes.size());
   const sim::RuleVerifyReport rep = sim::verify_rules(table, opt);

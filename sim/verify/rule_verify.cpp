@@ -753,6 +753,11 @@ void verify_op(const RuleOp& op, std::size_t op_index, const RuleVerifyOptions& 
       const Mesh mesh = Mesh::parse(mesh_text);
       for (std::size_t si = 0; si < opt.shapes.size(); ++si) {
         const RuleShapes sh = opt.shapes[si].on(mesh);
+        if (sh.size('E') * sh.n * sh.k > (std::int64_t{1} << 24)) {
+          fail("shape set ", sh.name, " on ", mesh.str(), ": E*N*K = ", sh.size('E') * sh.n * sh.k,
+               " elements per 3-D operand, over the verifier's 2^24 (every rank holds a copy): give fewer experts or "
+               "smaller N, K");
+        }
         const SingleDevice one = single_device(op, p, sh, mix(opt.seed, op_index * 8 + static_cast<std::uint64_t>(p), si), rep.table);
         verify_cases(op, p, mesh, sh, one, chosen, rep);
       }
@@ -802,6 +807,23 @@ std::string RuleShapes::str() const {
   return cat("E=", offs.size(), " M=", size('M'), " offs=", o, " N=", nk(n), " K=", nk(k));
 }
 
+void check_rule_shapes(const RuleShapes& sh) {
+  const std::string what = cat("shape set ", sh.name, " (", sh.str(), ")");
+  if (sh.offs.empty() || sh.offs.size() > 64) fail(what, ": give 1 to 64 token-group ends (experts), e.g. --offs 20,20,45");
+  std::int32_t prev = 0;
+  for (std::int32_t v : sh.offs) {
+    if (v < prev) fail(what, ": the offsets must be non-decreasing from 0 (each is where an expert's tokens end)");
+    prev = v;
+  }
+  if (prev < 1 || prev > 8192) fail(what, ": M = ", prev, " tokens: give 1 to 8192");
+  for (const auto& [name, v] : {std::pair{"N", sh.n}, std::pair{"K", sh.k}}) {
+    if (v < 0 || v > 8192 || v % kRuleBlock != 0) {
+      fail(what, ": ", name, " = ", v, ": give a multiple of ", kRuleBlock, " up to 8192 (0: ", kRuleBlock,
+           " x max(4, ranks))");
+    }
+  }
+}
+
 RuleShapes RuleShapes::on(const Mesh& mesh) const {
   RuleShapes s = *this;
   const std::int64_t whole = static_cast<std::int64_t>(kRuleBlock) * std::max(4, mesh.world());
@@ -834,6 +856,8 @@ RuleVerifyReport verify_rules(const RuleTable& table, const RuleVerifyOptions& o
   rep.source = table.source;
   rep.seed = opt.seed;
   if (opt.meshes.empty()) fail("rules verify: no mesh to verify on: give one, e.g. tp=2");
+  if (opt.shapes.empty()) fail("rules verify: no shape set to verify with: give token-group ends, e.g. --offs 20,20,45");
+  for (const RuleShapes& sh : opt.shapes) check_rule_shapes(sh);
   for (const std::string& m : opt.meshes) {
     const int world = Mesh::parse(m).world();
     if (world < 2 || world > 16) {

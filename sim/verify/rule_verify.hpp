@@ -50,6 +50,9 @@ struct RuleShapes {
   // blocked dim (over any mesh dims) holds whole 128-blocks.
   RuleShapes on(const Mesh& mesh) const;
 };
+// Refuses a shape set the verifier cannot run (an Error naming it and the fix): 1 to 64 experts,
+// non-decreasing offsets, 1 to 8192 tokens, N and K multiples of 128 up to 8192 (0: auto).
+void check_rule_shapes(const RuleShapes& sh);
 // The default sets: E=3, M=45, offs 20,20,45 (uneven over 2 and 4 ranks, an empty group, 3
 // experts over 2) and E=4, M=64; N and K as on() gives them (512 on up to 4 ranks).
 std::vector<RuleShapes> default_rule_shapes();

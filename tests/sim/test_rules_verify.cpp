@@ -352,6 +352,20 @@ TEST_CASE("fp8moe rules verify: exit 1 on torchao's table with the defects named
   const auto one = fp8moe::test::run_cli("rules", "verify " + quote(kOwnMm) + " --mesh 1");
   CHECK(one.rc == 2);
   CHECK(one.output.find("a mesh of 2 to 16 ranks") != std::string::npos);
+  // Your own token counts: fp8moe's rules hold on them too; bad shape sets are refused, naming the value.
+  const auto mine = cli("verify " + quote(kOwnMm) + " --mesh tp=2 --offs 7,7,30 --offs 1,2,3,300 --n 256 --k 256");
+  CAPTURE(mine.output);
+  CHECK(mine.rc == 0);
+  CHECK(mine.output.find("offs=7,7,30 (E=3 M=30 offs=7,7,30 N=256 K=256)") != std::string::npos);
+  for (const auto& [args, words] : {std::pair{"--offs 5,3", "non-decreasing"}, std::pair{"--offs 5 --n 100", "N = 100: give a multiple of 128"},
+                                    std::pair{"--n 256", "give --offs too"}, std::pair{"--offs 0,0", "M = 0 tokens"},
+                                    std::pair{"--offs 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64 --n 8192 --k 8192", "over the verifier's 2^24"}}) {
+    const auto bad_shape = fp8moe::test::run_cli("rules", "verify " + quote(kOwnMm) + " --mesh tp=2 " + args);
+    CAPTURE(args);
+    CAPTURE(bad_shape.output);
+    CHECK(bad_shape.rc == 2);
+    CHECK(bad_shape.output.find(words) != std::string::npos);
+  }
   const auto big = fp8moe::test::run_cli("rules", "verify " + quote(kOwnMm) + " --mesh dp=4,tp=8");
   CHECK(big.rc == 2);
   CHECK(big.output.find("--mesh dp=4,tp=8: 32 rank(s)") != std::string::npos);
