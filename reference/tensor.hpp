@@ -49,6 +49,14 @@ using TensorF = Tensor<float>;
 using TensorD = Tensor<double>;
 using TensorU8 = Tensor<std::uint8_t>;
 
+// The same values in double (exact: every float is a double).
+inline TensorD to_double(const TensorF& t) {
+  TensorD d;
+  d.shape = t.shape;
+  d.data.assign(t.data.begin(), t.data.end());
+  return d;
+}
+
 inline std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string out = "(";
   for (std::size_t i = 0; i < s.size(); ++i) {

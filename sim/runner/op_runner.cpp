@@ -31,12 +31,6 @@ Tensor<T> resize_dim(const Tensor<T>& x, int d, std::int64_t to) {
 
 std::int64_t round_up(std::int64_t n, std::int64_t b) { return (n + b - 1) / b * b; }
 
-TensorD to_double(const TensorF& t) {
-  TensorD d(t.shape);
-  for (std::size_t i = 0; i < t.numel(); ++i) d.data[i] = t.data[i];
-  return d;
-}
-
 std::vector<std::int64_t> box_shape(const std::vector<Range>& box) {
   std::vector<std::int64_t> s;
   for (const Range& r : box) s.push_back(r.size());

@@ -137,13 +137,6 @@ std::string fmt_hex(std::uint8_t b) {
   return std::string{d[b >> 4], d[b & 15]};
 }
 
-TensorD widen(const TensorF& t) {
-  TensorD d;
-  d.shape = t.shape;
-  d.data.assign(t.data.begin(), t.data.end());
-  return d;
-}
-
 // The user's codes and scales of one operand against fp8moe's quantization of the same input.
 std::string compare_quantization(const std::string& side, const CaseTensors::Operand& want, const GivenQuantization& got) {
   const std::string head = cat(side, " ", want.name, " (", recipe_name(want.q.recipe), "): ");
@@ -280,7 +273,7 @@ struct Checker {
       LayerRun run;
       (void)run_layer(*c, &run);
       for (const auto& [n, t] : named_outputs(run.out)) {
-        if (checks.count(n)) record(model, n, widen(*t), *c);  // checks holds the wanted tensors only
+        if (checks.count(n)) record(model, n, to_double(*t), *c);  // checks holds the wanted tensors only
       }
     }
   }
