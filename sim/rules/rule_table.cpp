@@ -128,19 +128,14 @@ Placement placement(const Json& j, const Where& w) {
   }
 }
 
-std::string letters(const ShapeExpr& s) {
-  std::string out;
-  for (const DimExpr& d : s) out += d.letter;
-  return out;
-}
-bool has(const ShapeExpr& s, char c) { return letters(s).find(c) != std::string::npos; }
+bool has(const ShapeExpr& s, char c) { return shape_letters(s).find(c) != std::string::npos; }
 bool blocked(const ShapeExpr& s) {
   return std::any_of(s.begin(), s.end(), [](const DimExpr& d) { return d.block != 1; });
 }
 
 // A scale's shape: its data's letters in the same order, each over the block or not.
 void check_scale(const RuleArg& scale, const RuleArg& data, Pass p, const Where& w) {
-  if (letters(scale.shape.at(p)) != letters(data.shape.at(p))) {
+  if (shape_letters(scale.shape.at(p)) != shape_letters(data.shape.at(p))) {
     w.fail(pass_name(p), ": ", scale.name, " ", shape_expr_str(scale.shape.at(p)), " must have the dims of ", data.name, " ",
            shape_expr_str(data.shape.at(p)), " in the same order, blocked ones written over the block (e.g. K/", kRuleBlock,
            ")");
@@ -212,7 +207,7 @@ void check_quantize(const RuleOp& op, const Where& w) {
     const ShapeExpr& c = op.outputs[static_cast<std::size_t>(op.output_index("codes"))].shape.at(p);
     const ShapeExpr& s = op.outputs[static_cast<std::size_t>(op.output_index("scales"))].shape.at(p);
     if (blocked(x) || c != x) w.fail(pass_name(p), ": the codes have the input's shape ", shape_expr_str(x), ", unblocked");
-    if (letters(s) != letters(x) || !blocked(s)) {
+    if (shape_letters(s) != shape_letters(x) || !blocked(s)) {
       w.fail(pass_name(p), ": the scales ", shape_expr_str(s), " have the input's dims ", shape_expr_str(x),
              " in order, some over the block");
     }
@@ -352,6 +347,12 @@ RuleOp op_entry(const Json& j, const Where& w) {
 const char* rule_op_kind_name(RuleOpKind k) { return k == RuleOpKind::grouped_mm ? "grouped_mm" : "quantize"; }
 
 std::string DimExpr::str() const { return block == 1 ? std::string(1, letter) : cat(letter, "/", block); }
+
+std::string shape_letters(const ShapeExpr& s) {
+  std::string out;
+  for (const DimExpr& d : s) out += d.letter;
+  return out;
+}
 
 std::string shape_expr_str(const ShapeExpr& s) {
   std::string out = "(";

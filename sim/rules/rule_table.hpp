@@ -38,6 +38,7 @@ struct DimExpr {
 };
 using ShapeExpr = std::vector<DimExpr>;
 std::string shape_expr_str(const ShapeExpr& s);  // "(M,K/128)"
+std::string shape_letters(const ShapeExpr& s);   // "MK" for (M,K/128)
 
 struct RuleArg {
   std::string name;

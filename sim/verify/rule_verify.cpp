@@ -27,12 +27,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 const RuleArg& arg(const RuleOp& op, const char* role) { return op.args[static_cast<std::size_t>(op.arg_index(role))]; }
 std::size_t arg_at(const RuleOp& op, const char* role) { return static_cast<std::size_t>(op.arg_index(role)); }
 
-std::string letters_of(const ShapeExpr& s) {
-  std::string out;
-  for (const DimExpr& d : s) out += d.letter;
-  return out;
-}
-
 std::string shape_text(const std::vector<std::int64_t>& s) {
   std::string out = "(";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
@@ -84,7 +78,7 @@ struct Operand {
   std::vector<std::vector<std::int64_t>> sidx;  // per dim: the scale index of each element index
 
   Operand(const TensorF& c, const TensorF& s, const ShapeExpr& scale_shape, const std::vector<std::int64_t>& offs)
-      : codes(&c), scales(&s), letters(letters_of(scale_shape)) {
+      : codes(&c), scales(&s), letters(shape_letters(scale_shape)) {
     const int r = c.rank();
     stride.assign(static_cast<std::size_t>(r), 1);
     sstride.assign(static_cast<std::size_t>(r), 1);
@@ -173,7 +167,7 @@ LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const T
         return LocalFailure{RuleVerdict::wrong_shape,
                             cat("the op refuses its arguments: ", la.name, " ", letter_dims(L, a), " and ", ra.name, " ",
                                 letter_dims(R, b), " disagree on ", s[i].letter,
-                                letters_of(O).find(s[i].letter) == std::string::npos
+                                shape_letters(O).find(s[i].letter) == std::string::npos
                                     ? " (torch: contraction dimension of mat_a and mat_b must match)"
                                     : "")};
       }
@@ -227,9 +221,9 @@ LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const T
   for (int d = static_cast<int>(O.size()) - 2; d >= 0; --d) {
     ostride[static_cast<std::size_t>(d)] = ostride[static_cast<std::size_t>(d) + 1] * oshape[static_cast<std::size_t>(d) + 1];
   }
-  const auto opos = [&](char c) { return static_cast<std::size_t>(letters_of(O).find(c)); };
+  const auto opos = [&](char c) { return static_cast<std::size_t>(shape_letters(O).find(c)); };
   const auto groups = groups_of(offs);
-  if (letters_of(O).find('M') != std::string::npos) {
+  if (shape_letters(O).find('M') != std::string::npos) {
     // out(m, f) = sum_c lhs(m, c) rhs(e(m), f, c) over the group e(m) of row m.
     const char c = L[0].letter == 'M' ? L[1].letter : L[0].letter;
     const char f = R[1].letter == c ? R[2].letter : R[1].letter;
@@ -568,8 +562,9 @@ Outcome run_strategy(const RuleOp& op, Pass p, const Mesh& mesh, const MeshStrat
                 kNaN};
       }
     }
+    const bool partial = std::any_of(claim.begin(), claim.end(), [](const Placement& pl) { return pl.is_partial(); });
     DTensor t{gshape, claim, {}};
-    DTensor abs_t{gshape, claim, {}};
+    DTensor abs_t{gshape, claim, {}};  // |partials|, for the rounding bound of a Partial claim only
     for (int r = 0; r < mesh.world(); ++r) {
       const TensorF& got = outs[static_cast<std::size_t>(r)][o];
       std::vector<std::int64_t> want;
@@ -581,12 +576,12 @@ Outcome run_strategy(const RuleOp& op, Pass p, const Mesh& mesh, const MeshStrat
                 kNaN};
       }
       t.local.push_back(got);
+      if (!partial) continue;
       TensorF a = got;
       for (float& v : a.data) v = std::abs(v);
       abs_t.local.push_back(std::move(a));
     }
     const TensorF full = full_tensor(t, comm, reduce);
-    const bool partial = std::any_of(claim.begin(), claim.end(), [](const Placement& pl) { return pl.is_partial(); });
     const TensorF& ref = single[o];
     std::size_t differ = 0, first = 0, outside = 0;
     const TensorF abs_sum = partial ? full_tensor(abs_t, comm, reduce) : TensorF{};
