@@ -1,8 +1,11 @@
 // The cuBLASLt block-scaled grouped passes (see cublaslt_grouped.hpp for the operand mapping).
 #include "kernels/cublaslt_grouped.hpp"
 
+#include <functional>
+
 #include "kernels/cublaslt_check.hpp"
 #include "kernels/scale_layout.hpp"
+#include "reference/grouped_plan.hpp"
 #include "reference/groups.hpp"
 
 namespace fp8moe::kernels {
@@ -48,8 +51,6 @@ constexpr std::int32_t kBlk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
 constexpr std::int32_t kScalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 
 const char* scale_mode_name(std::int32_t m) { return m == kBlk ? "128x128" : m == kVec ? "1x128" : "per-tensor"; }
-
-std::int64_t dim(const std::vector<std::int64_t>& s, std::size_t i) { return s.at(i); }
 
 void check_opt(const char* pass, const GemmOptions& opt, const DeviceQuantized& a, const DeviceQuantized& b) {
   const std::string why = cublaslt_unsupported(opt.quant, opt.out);
@@ -185,127 +186,119 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
                         pass, " expert ", expert, ": ", p.shape);
 }
 
-void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
-                          const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling) {
+namespace {
+
+QuantOperand operand(const DeviceQuantized& q) {
+  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
+}
+
+// cuBLASLt's FP8 GEMMs are TN: both operands contiguous along the contraction (k stride 1).
+void check_tn(const char* pass, const char* what, const BlockOperand& v) {
+  if (v.ks != 1) {
+    fail("cublaslt ", pass, ": ", what, " is not contiguous along the contraction (stride ", v.ks,
+         "): cuBLASLt's FP8 GEMMs are TN only; quantize wgrad's A as A^T (kgrouped-lhs)");
+  }
+}
+
+}  // namespace
+
+// Every pass is reference/grouped_plan.hpp's plan (the CPU and simt passes' operand checks, expert
+// loop and views); cuBLASLt adds its own preconditions and reads each expert's GEMM off the views,
+// the same way for the three passes: cuBLAS A = the plan's R (m = R.rows, lda = R.rs), cuBLAS B =
+// the plan's L (n = L.rows, ldb = L.rs), k = kc, D at out_offset with ldd = ldc. Only the scales
+// differ per pass: relaid once into cuBLASLt's layouts, then addressed per expert.
+void CublasLtGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs,
+                          std::span<const std::int32_t> offs, const GemmOptions& opt, void* out, cudaStream_t stream,
+                          LtScaling scaling) {
   calls_.clear();
-  require_recipe(A_q.recipe, Recipe::act_lhs, "cublaslt fwd: A");
-  require_recipe(W_q.recipe, Recipe::weight_fwd, "cublaslt fwd: W");
-  check_opt("fwd", opt, A_q, W_q);
-  const std::int64_t M = A_q.layout.code_dim(0), K = A_q.layout.code_dim(1);
-  const std::int64_t E = W_q.layout.code_dim(0), N = W_q.layout.code_dim(1);
-  if (W_q.layout.code_dim(2) != K) fail("cublaslt fwd: A has K = ", K, " but W has K = ", W_q.layout.code_dim(2));
-  if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt fwd: W has ", E, " experts but offs has ", offs.size());
-  check_offsets(offs, M);
-  check_rows("fwd", offs);
-  check_ld("fwd", "K", K);
-  check_ld("fwd", "N", N);
-  const std::int64_t kb = K / 128, nb = N / 128, pitch = blk_scale_pitch(kb);
-  const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
+  const char* pn = pass_name(pass);
+  check_opt(pn, opt, lhs, rhs);
+  if (pass == Pass::wgrad && rhs.recipe != Recipe::kgrouped_lhs) {
+    require_recipe(rhs.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: A^T (cuBLASLt is TN: A as (K, M))");
+  }
+  const GroupedPlan grouped = plan_grouped(pass, operand(lhs), operand(rhs), offs, opt);
+  const std::int64_t E = static_cast<std::int64_t>(offs.size());
+  const QuantLayout &ll = lhs.layout, &rl = rhs.layout;
+  // fwd/dgrad: the contraction (K, N) and the output width (N, K); wgrad: the tokens and K.
+  const std::int64_t kc = ll.cols, width = rl.rows;
+  if (pass == Pass::wgrad) {
+    check_kgroup_offsets(offs, ll.cols, 128);
+    check_ld(pn, "M (tokens)", ll.cols);
+    check_ld(pn, "K", rl.rows);
+  } else {
+    check_rows(pn, offs);
+    check_ld(pn, "K", pass == Pass::fwd ? kc : width);
+    check_ld(pn, "N", pass == Pass::fwd ? width : kc);
+  }
   const bool blk = scaling == LtScaling::block;
-  float* a_s = blk ? scratch(0, static_cast<std::size_t>(E * nb * pitch)) : nullptr;
-  float* b_s = blk ? scratch(1, static_cast<std::size_t>(voff.back())) : nullptr;
-  if (blk) {
-    relayout_blk_scales(W_q.scales.get(), E * nb, kb, a_s, stream);
-    relayout_vec_scales(A_q.scales.get(), offs, kb, voff, b_s, stream);
+  // Per-expert scale pointers into the relaid buffers: cuBLAS A's (the plan's R) and B's (L).
+  std::function<const float*(const ExpertGemm&)> scale_a, scale_b;
+  std::int32_t amode = kScalar, bmode = kScalar;
+  if (blk && pass != Pass::wgrad) {
+    // 128x128 weight scales (E, width/128, kc/128) -> cuBLASLt's BLK128x128 (a pitch per row of
+    // blocks); 1x128 activation scales (M, kc/128) -> VEC128 per expert (voff[e] its start).
+    const std::int64_t kb = kc / 128, wb = width / 128, pitch = blk_scale_pitch(kb);
+    const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
+    float* a_s = scratch(0, static_cast<std::size_t>(E * wb * pitch));
+    float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
+    relayout_blk_scales(rhs.scales.get(), E * wb, kb, a_s, stream);
+    relayout_vec_scales(lhs.scales.get(), offs, kb, voff, b_s, stream);
+    scale_a = [=](const ExpertGemm& g) { return a_s + static_cast<std::int64_t>(g.expert) * wb * pitch; };
+    scale_b = [=](const ExpertGemm& g) { return b_s + voff[g.expert]; };
+    amode = kBlk;
+    bmode = kVec;
+  } else if (blk) {
+    // 1x128-along-tokens scales (D, M/128) -> (M/128, D): expert e's (M_e/128, D) block starts at
+    // row s/128, so the transpose is cuBLASLt's VEC128 layout for every expert at once.
+    const std::int64_t mb = kc / 128, N = ll.rows, K = width;
+    float* a_s = scratch(0, static_cast<std::size_t>(mb * K));
+    float* b_s = scratch(1, static_cast<std::size_t>(mb * N));
+    transpose_scales(rhs.scales.get(), K, mb, a_s, stream);
+    transpose_scales(lhs.scales.get(), N, mb, b_s, stream);
+    const auto first_block = [offs](const ExpertGemm& g) {  // the expert's first token block
+      return (g.expert == 0 ? 0 : std::int64_t{offs[g.expert - 1]}) / 128;
+    };
+    scale_a = [=](const ExpertGemm& g) { return a_s + first_block(g) * K; };
+    scale_b = [=](const ExpertGemm& g) { return b_s + first_block(g) * N; };
+    amode = bmode = kVec;
+  } else {
+    scale_a = scale_b = [this](const ExpertGemm&) { return unit_scale(); };
   }
   const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const std::size_t es = out_elem(opt.out);
   auto* o = static_cast<std::uint8_t*>(out);
-  std::int64_t s = 0;
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
-    if (Me > 0) {
-      const float *sa = blk ? a_s + e * nb * pitch : unit_scale(), *sb = blk ? b_s + voff[e] : unit_scale();
-      Plan& p = plan({N, Me, K, K, K, N, blk ? kBlk : kScalar, blk ? kVec : kScalar, dtype}, "fwd", sa, sb);
-      matmul(p, W_q.codes.get() + e * N * K, sa, A_q.codes.get() + s * K, sb, o + s * N * out_elem(opt.out), stream,
-             "fwd", e);
+  for (const ExpertGemm& g : grouped.gemms) {
+    check_tn(pn, pass == Pass::wgrad ? "dOut^T" : "the activation operand", g.L);
+    check_tn(pn, pass == Pass::wgrad ? "A^T" : "W", g.R);
+    std::uint8_t* d = o + static_cast<std::size_t>(g.out_offset) * es;
+    const std::int64_t n = g.L.rows, m = g.R.rows;
+    if (g.kc > 0 && n > 0 && m > 0) {
+      const float *sa = scale_a(g), *sb = scale_b(g);
+      Plan& p = plan({m, n, g.kc, g.R.rs, g.L.rs, g.ldc, amode, bmode, dtype}, pn, sa, sb);
+      matmul(p, g.R.codes, sa, g.L.codes, sb, d, stream, pn, static_cast<std::int64_t>(g.expert));
+    } else if (pass == Pass::wgrad && m * n > 0) {
+      // An empty expert's dW is zero, as on the CPU (a zero-length contraction).
+      FP8MOE_CUDA_CHECK(cudaMemsetAsync(d, 0, static_cast<std::size_t>(m * n) * es, stream), "wgrad dW of empty expert ",
+                        g.expert, " (", n, ",", m, ")");
     }
-    s = offs[static_cast<std::size_t>(e)];
   }
+}
+
+void CublasLtGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
+                          const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling) {
+  run(Pass::fwd, A_q, W_q, offs, opt, out, stream, scaling);
 }
 
 void CublasLtGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
-  calls_.clear();
-  require_recipe(dOut_q.recipe, Recipe::act_lhs, "cublaslt dgrad: dOut");
-  require_recipe(W_q.recipe, Recipe::weight_dgrad, "cublaslt dgrad: W (dgrad orientation)");
-  check_opt("dgrad", opt, dOut_q, W_q);
-  const std::int64_t M = dOut_q.layout.code_dim(0), N = dOut_q.layout.code_dim(1);
-  const std::int64_t E = W_q.layout.code_dim(0), K = W_q.layout.code_dim(1);
-  if (W_q.layout.code_dim(2) != N) fail("cublaslt dgrad: dOut has N = ", N, " but W has N = ", W_q.layout.code_dim(2));
-  if (E != static_cast<std::int64_t>(offs.size())) fail("cublaslt dgrad: W has ", E, " experts but offs has ", offs.size());
-  check_offsets(offs, M);
-  check_rows("dgrad", offs);
-  check_ld("dgrad", "K", K);
-  check_ld("dgrad", "N", N);
-  // contraction N: W^T codes (E,K,N), scales (E, K/128, N/128)
-  const std::int64_t cb = N / 128, kb = K / 128, pitch = blk_scale_pitch(cb);
-  const std::vector<std::int64_t> voff = vec_scale_offsets(offs, cb);
-  const bool blk = scaling == LtScaling::block;
-  float* a_s = blk ? scratch(0, static_cast<std::size_t>(E * kb * pitch)) : nullptr;
-  float* b_s = blk ? scratch(1, static_cast<std::size_t>(voff.back())) : nullptr;
-  if (blk) {
-    relayout_blk_scales(W_q.scales.get(), E * kb, cb, a_s, stream);
-    relayout_vec_scales(dOut_q.scales.get(), offs, cb, voff, b_s, stream);
-  }
-  const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  auto* o = static_cast<std::uint8_t*>(out);
-  std::int64_t s = 0;
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
-    if (Me > 0) {
-      const float *sa = blk ? a_s + e * kb * pitch : unit_scale(), *sb = blk ? b_s + voff[e] : unit_scale();
-      Plan& p = plan({K, Me, N, N, N, K, blk ? kBlk : kScalar, blk ? kVec : kScalar, dtype}, "dgrad", sa, sb);
-      matmul(p, W_q.codes.get() + e * K * N, sa, dOut_q.codes.get() + s * N, sb, o + s * K * out_elem(opt.out), stream,
-             "dgrad", e);
-    }
-    s = offs[static_cast<std::size_t>(e)];
-  }
+  run(Pass::dgrad, dOut_q, W_q, offs, opt, out, stream, scaling);
 }
 
 void CublasLtGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q,
                             std::span<const std::int32_t> offs, const GemmOptions& opt, void* out,
                             cudaStream_t stream, LtScaling scaling) {
-  calls_.clear();
-  require_recipe(dOutT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: dOut^T");
-  require_recipe(AT_q.recipe, Recipe::kgrouped_lhs, "cublaslt wgrad: A^T");
-  check_opt("wgrad", opt, dOutT_q, AT_q);
-  const std::int64_t N = dOutT_q.layout.code_dim(0), M = dOutT_q.layout.code_dim(1);
-  const std::int64_t K = AT_q.layout.code_dim(0);
-  if (AT_q.layout.code_dim(1) != M) fail("cublaslt wgrad: dOut has ", M, " tokens but A has ", AT_q.layout.code_dim(1));
-  check_offsets(offs, M);
-  check_kgroup_offsets(offs, M, 128);
-  check_ld("wgrad", "M (tokens)", M);
-  check_ld("wgrad", "K", K);
-  const std::int64_t E = static_cast<std::int64_t>(offs.size()), mb = M / 128;
-  // 1x128-along-tokens scales (D, M/128) -> (M/128, D): expert e's (M_e/128, D) block starts at
-  // row s/128, so the transpose is cuBLASLt's VEC128 layout for every expert at once.
-  const bool blk = scaling == LtScaling::block;
-  float* a_s = blk ? scratch(0, static_cast<std::size_t>(mb * K)) : nullptr;
-  float* b_s = blk ? scratch(1, static_cast<std::size_t>(mb * N)) : nullptr;
-  if (blk) {
-    transpose_scales(AT_q.scales.get(), K, mb, a_s, stream);
-    transpose_scales(dOutT_q.scales.get(), N, mb, b_s, stream);
-  }
-  const int dtype = opt.out == OutDtype::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  const std::size_t es = out_elem(opt.out);
-  auto* o = static_cast<std::uint8_t*>(out);
-  std::int64_t s = 0;
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t Me = offs[static_cast<std::size_t>(e)] - s;
-    std::uint8_t* dw = o + static_cast<std::size_t>(e * N * K) * es;
-    if (Me > 0) {
-      const float *sa = blk ? a_s + (s / 128) * K : unit_scale(), *sb = blk ? b_s + (s / 128) * N : unit_scale();
-      const std::int32_t mode = blk ? kVec : kScalar;
-      Plan& p = plan({K, N, Me, M, M, K, mode, mode, dtype}, "wgrad", sa, sb);
-      matmul(p, AT_q.codes.get() + s, sa, dOutT_q.codes.get() + s, sb, dw, stream, "wgrad", e);
-    } else if (N * K > 0) {
-      // An empty expert's dW is zero, as on the CPU (a zero-length contraction).
-      FP8MOE_CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<std::size_t>(N * K) * es, stream), "wgrad dW of empty expert ",
-                        e, " (", N, ",", K, ")");
-    }
-    s = offs[static_cast<std::size_t>(e)];
-  }
+  run(Pass::wgrad, dOutT_q, AT_q, offs, opt, out, stream, scaling);
 }
 
 }  // namespace fp8moe::kernels

@@ -15,6 +15,8 @@
 // heuristic's algorithm are cached per shape; the workspace is allocated once. A call allocates
 // device memory only when a scale buffer must grow past its largest size so far.
 //
+// The expert loop, the operand checks and every expert's operand pointers and strides are
+// reference/grouped_plan.hpp's plan, the one the CPU and simt passes run.
 // Inputs are DeviceQuantized in kernels/quantize.hpp's (= reference/'s) layouts:
 //   fwd:   A_q 1x128 (M,K),                 W_q 128x128 (E,N,K)
 //   dgrad: dOut_q 1x128 (M,N),              W_q 128x128T (E,K,N)
@@ -93,6 +95,9 @@ class CublasLtGrouped {
 
  private:
   struct Plan;
+  // The three passes: reference/grouped_plan.hpp's plan, cuBLASLt's checks, scales and calls.
+  void run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs, std::span<const std::int32_t> offs,
+           const GemmOptions& opt, void* out, cudaStream_t stream, LtScaling scaling);
   // (m, n, k, lda, ldb, ldd, A scale mode, B scale mode, D type)
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, int>;
   Plan& plan(const Key& key, const char* pass, const float* a_scale, const float* b_scale);

@@ -19,6 +19,7 @@
 #include "kernels/check.hpp"
 #include "kernels/quant_device.cuh"
 #include "reference/error.hpp"
+#include "reference/quant_layout.hpp"
 
 namespace fp8moe::kernels::colblock {
 
@@ -59,12 +60,13 @@ struct Cfg {
 struct Args {
   std::int64_t M;  // rows of one matrix (tokens, or N of a weight)
   std::int64_t K;  // columns
-  std::int64_t mb;  // row blocks: ceil(M / B)
-  std::int64_t scale_cols;  // column mode: K; tile mode: K / B
+  // The stored codes and scales, as the host allocated them (reference/quantize.hpp's quant_layout):
+  // (E, M, K) or, transposed, (E, K, M); every code and scale index is its code_index/scale_index.
+  QuantLayout out;
 };
 
-// x (E, M, K) -> codes (E, M, K) or, kTranspose, (E, K, M); scales (E, mb, scale_cols) or
-// (E, scale_cols, mb). Grid (ceil(K / kCols), mb, E).
+// x (E, M, K) -> codes (E, M, K) or, kTranspose, (E, K, M); scales per a.out.
+// Grid (ceil(K / kCols), ceil(M / B), E).
 template <class T, int B, Amax kAmax, bool kTranspose, bool kAligned, Fp8Format F>
 __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
     quant_colblock_kernel(const T* __restrict__ x, Args a, std::uint8_t* __restrict__ codes,
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
       const BlockScale bs = block_scale(__uint_as_float(k), F, pow2);
       mult[tid] = bs.scale;
       const std::int64_t col = bk * C::kCols + tid;
-      if (col < K) scales[kTranspose ? (e * a.scale_cols + col) * a.mb + rb : (e * a.mb + rb) * a.scale_cols + col] = bs.s_inv;
+      if (col < K) scales[kTranspose ? a.out.scale_index(e, col, r0) : a.out.scale_index(e, r0, col)] = bs.s_inv;
     } else {
       k = __reduce_max_sync(0xffffffffu, k);  // kCols is a multiple of 32: whole warps
       if ((tid & 31) == 0) warp_keys[tid >> 5] = k;
@@ -149,7 +151,8 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
       for (int w = 1; w < C::kCols / 32; ++w) k = max(k, warp_keys[w]);
       const BlockScale bs = block_scale(__uint_as_float(k), F, pow2);
       mult[0] = bs.scale;
-      scales[kTranspose ? (e * a.scale_cols + bk) * a.mb + rb : (e * a.mb + rb) * a.scale_cols + bk] = bs.s_inv;
+      const std::int64_t c0 = bk * C::kCols;  // the tile's first column
+      scales[kTranspose ? a.out.scale_index(e, c0, r0) : a.out.scale_index(e, r0, c0)] = bs.s_inv;
     }
   }
   __syncthreads();  // also: pass 2 may overwrite part with staged codes
@@ -163,16 +166,16 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
     if constexpr (!C::kCache) load_chunk(ch);
     const int rbase = trow * C::kRowsPerThread + ch * C::kChunk;  // the chunk's first row in the block
     if constexpr (!kTranspose) {
-      std::uint8_t* dst = codes + e * M * K;
 #pragma unroll
       for (int i = 0; i < C::kChunk; ++i) {
         const int r = rbase + i;
         if (r >= rows || col0 >= K) continue;
         const uint2 q = dev::quantize_vec<T, F>(raw[i], m);
+        std::uint8_t* dst = codes + a.out.code_index(e, r0 + r, col0);
         if (kAligned) {
-          dev::store_codes<T>(dst + (r0 + r) * K + col0, q);
+          dev::store_codes<T>(dst, q);
         } else {
-          dev::store_codes_partial<T>(dst + (r0 + r) * K + col0, q, K - col0);
+          dev::store_codes_partial<T>(dst, q, K - col0);
         }
       }
     } else {
@@ -198,9 +201,8 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
   }
   if constexpr (kTranspose) {
     __syncthreads();
-    // codes (E,K,M): column col's block is `rows` consecutive bytes at e*K*M + col*M + r0.
+    // codes (E,K,M): column col's block is `rows` consecutive bytes from code_index(e, col, r0).
     constexpr int kQ = B / 16;
-    std::uint8_t* dst = codes + e * K * M + r0;
     const bool vec16 = M % 16 == 0;
     for (int idx = tid; idx < C::kCols * kQ; idx += C::kThreads) {
       const int c = idx / kQ, q = idx % kQ, r = 16 * q;
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
       const int swz = (c / V) & (B / 8 - 1);
       uint4 v = *reinterpret_cast<const uint4*>(stage + c * B + 16 * (q ^ (swz >> 1)));
       if (swz & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-      std::uint8_t* out = dst + col * M + r;
+      std::uint8_t* out = codes + a.out.code_index(e, col, r0 + r);
       if (vec16 && r + 16 <= rows) {
         *reinterpret_cast<uint4*>(out) = v;
       } else {
@@ -224,15 +226,27 @@ __global__ void __launch_bounds__(Cfg<T, B, kAmax>::kThreads)
 }
 
 // Launches the kernel for x (E, M, K); the format and layout flags become template arguments.
+// `out` is the layout of codes and scales (quant_layout's); it must be the one this kernel's
+// blocks make: B rows x 1 column (column) or B x B (tile) of x, transposed with the codes.
 template <class T, int B, Amax kAmax, bool kTranspose>
-void launch(const T* x, std::int64_t E, std::int64_t M, std::int64_t K, std::uint8_t* codes, float* scales,
-            bool pow2, Fp8Format f, cudaStream_t stream, const char* what) {
+void launch(const T* x, std::int64_t E, std::int64_t M, std::int64_t K, const QuantLayout& out, std::uint8_t* codes,
+            float* scales, bool pow2, Fp8Format f, cudaStream_t stream, const char* what) {
   using C = Cfg<T, B, kAmax>;
+  const int along_k = kAmax == Amax::tile ? B : 1;
+  const bool fits = out.batch == E && (kTranspose ? out.rows == K && out.cols == M && out.block_rows == along_k &&
+                                                        out.block_cols == B
+                                                  : out.rows == M && out.cols == K && out.block_rows == B &&
+                                                        out.block_cols == along_k);
+  if (!fits) {
+    fail(what, ": internal: the layout (", out.batch, ",", out.rows, ",", out.cols, ") in ", out.block_rows, "x",
+         out.block_cols, " blocks is not what this kernel writes for x (", E, ",", M, ",", K, "), B=", B,
+         kTranspose ? ", transposed" : "");
+  }
   const std::int64_t mb = (M + B - 1) / B, cb = (K + C::kCols - 1) / C::kCols;
   if (mb > 65535 || E > 65535) {
     fail(what, ": grid (", cb, ",", mb, ",", E, ") exceeds the y/z limit 65535 (M=", M, ", K=", K, ", B=", B, ")");
   }
-  const Args a{M, K, mb, kAmax == Amax::tile ? K / B : K};
+  const Args a{M, K, out};
   const dim3 grid(static_cast<unsigned>(cb), static_cast<unsigned>(mb), static_cast<unsigned>(E));
   const std::size_t smem = C::smem_bytes(kTranspose);
   const bool aligned = K % C::V == 0;

@@ -10,7 +10,7 @@ namespace fp8moe::kernels {
 template <class T>
 void quantize_into(Recipe r, const T* x, const std::vector<std::int64_t>& s, std::span<const std::int32_t> offs,
                    std::uint8_t* codes, float* scales, const QuantOptions& opt, cudaStream_t stream) {
-  (void)quant_layout(r, s, offs, opt);  // preconditions
+  const QuantLayout l = quant_layout(r, s, offs, opt);  // preconditions, and where codes and scales go
   if ((r == Recipe::weight_fwd || r == Recipe::weight_dgrad) && s.size() != 3) {
     fail("the GPU ", recipe_name(r), " quantizer takes grouped weights (E,N,K), got shape ", shape_str(s));
   }
@@ -23,11 +23,11 @@ void quantize_into(Recipe r, const T* x, const std::vector<std::int64_t>& s, std
   switch (r) {
     case Recipe::act_lhs: return launch_quant_rowwise(x, s[0] * (s[1] / opt.block), codes, scales, opt, stream);
     case Recipe::act_rhs:
-    case Recipe::kgrouped_rhs: return launch_quant_colwise(x, s[0], s[1], false, codes, scales, opt, stream);
+    case Recipe::kgrouped_rhs: return launch_quant_colwise(x, s[0], s[1], false, l, codes, scales, opt, stream);
     case Recipe::act_lhs_t:
-    case Recipe::kgrouped_lhs: return launch_quant_colwise(x, s[0], s[1], true, codes, scales, opt, stream);
-    case Recipe::weight_fwd: return launch_quant_tile(x, s[0], s[1], s[2], false, codes, scales, opt, stream);
-    case Recipe::weight_dgrad: return launch_quant_tile(x, s[0], s[1], s[2], true, codes, scales, opt, stream);
+    case Recipe::kgrouped_lhs: return launch_quant_colwise(x, s[0], s[1], true, l, codes, scales, opt, stream);
+    case Recipe::weight_fwd: return launch_quant_tile(x, s[0], s[1], s[2], false, l, codes, scales, opt, stream);
+    case Recipe::weight_dgrad: return launch_quant_tile(x, s[0], s[1], s[2], true, l, codes, scales, opt, stream);
   }
 }
 

@@ -63,13 +63,15 @@ DeviceQuantized quantize(Recipe r, const T* x, const std::vector<std::int64_t>& 
 template <class T>
 void launch_quant_rowwise(const T* x, std::int64_t groups, std::uint8_t* codes, float* scales, const QuantOptions& opt,
                           cudaStream_t stream);
-// B rows x 1 column groups of x (M,K); codes (M,K) or, transposed, (K,M)
+// B rows x 1 column groups of x (M,K); codes (M,K) or, transposed, (K,M), written through `out`
+// (quant_layout's layout of the recipe: the kernels index codes and scales with its formulas)
 template <class T>
-void launch_quant_colwise(const T* x, std::int64_t M, std::int64_t K, bool transpose, std::uint8_t* codes,
-                          float* scales, const QuantOptions& opt, cudaStream_t stream);
-// B x B tiles of w (E,N,K); codes (E,N,K) or, transposed, (E,K,N)
+void launch_quant_colwise(const T* x, std::int64_t M, std::int64_t K, bool transpose, const QuantLayout& out,
+                          std::uint8_t* codes, float* scales, const QuantOptions& opt, cudaStream_t stream);
+// B x B tiles of w (E,N,K); codes (E,N,K) or, transposed, (E,K,N), written through `out`
 template <class T>
 void launch_quant_tile(const T* w, std::int64_t E, std::int64_t N, std::int64_t K, bool transpose,
-                       std::uint8_t* codes, float* scales, const QuantOptions& opt, cudaStream_t stream);
+                       const QuantLayout& out, std::uint8_t* codes, float* scales, const QuantOptions& opt,
+                       cudaStream_t stream);
 
 }  // namespace fp8moe::kernels

@@ -49,13 +49,27 @@ BlockOperand kgroup_rhs_view(const QuantOperand& q, std::int64_t s) {
 const char* lhs_what(Pass p) { return p == Pass::fwd ? "fwd: A" : p == Pass::dgrad ? "dgrad: dOut" : "wgrad: dOut^T"; }
 const char* rhs_what(Pass p) { return p == Pass::fwd ? "fwd: W" : p == Pass::dgrad ? "dgrad: W (dgrad orientation)" : "wgrad: A"; }
 
+// wgrad's A may come as kgrouped-rhs (M, K) or, for a TN tensor-core GEMM that wants both operands
+// contiguous along the tokens (cuBLASLt), as kgrouped-lhs of A: A^T (K, M). The blocks are the same
+// 128 tokens of one column k either way, so the codes and scales are equal, only transposed.
+void require_wgrad_rhs(Recipe got) {
+  if (got != Recipe::kgrouped_rhs && got != Recipe::kgrouped_lhs) {
+    fail("wgrad: A must be quantized with the ", recipe_name(Recipe::kgrouped_rhs), " recipe (A) or the ",
+         recipe_name(Recipe::kgrouped_lhs), " recipe (A^T), got ", recipe_name(got));
+  }
+}
+
 }  // namespace
 
 GroupedPlan plan_grouped(Pass p, const QuantOperand& lhs, const QuantOperand& rhs, std::span<const std::int32_t> offs,
                          const GemmOptions& opt) {
   const PassRecipes want = pass_recipes(p);
   require_recipe(lhs.recipe, want.lhs, lhs_what(p));
-  require_recipe(rhs.recipe, want.rhs, rhs_what(p));
+  if (p == Pass::wgrad) {
+    require_wgrad_rhs(rhs.recipe);
+  } else {
+    require_recipe(rhs.recipe, want.rhs, rhs_what(p));
+  }
   if (lhs.format != opt.quant.format || rhs.format != opt.quant.format) {
     fail(pass_name(p), ": operands are ", format_name(lhs.format), "/", format_name(rhs.format), " but the options say ",
          format_name(opt.quant.format));
@@ -64,13 +78,14 @@ GroupedPlan plan_grouped(Pass p, const QuantOperand& lhs, const QuantOperand& rh
   GroupedPlan plan;
   std::int64_t s = 0;
   if (p == Pass::wgrad) {
-    const std::int64_t N = a.rows, M = a.cols, K = b.cols;
-    if (b.rows != M) fail("wgrad: dOut has ", M, " tokens but A has ", b.rows);
+    const bool a_t = rhs.recipe == Recipe::kgrouped_lhs;  // A given as A^T (K, M)
+    const std::int64_t N = a.rows, M = a.cols, K = a_t ? b.rows : b.cols, b_tokens = a_t ? b.cols : b.rows;
+    if (b_tokens != M) fail("wgrad: dOut has ", M, " tokens but A has ", b_tokens);
     check_offsets(offs, M);
     const std::int64_t E = static_cast<std::int64_t>(offs.size());
     plan.out_shape = {E, N, K};
     for (std::size_t e = 0; e < offs.size(); ++e) {
-      plan.gemms.push_back({e, kgroup_lhs_view(lhs, s), kgroup_rhs_view(rhs, s), offs[e] - s,
+      plan.gemms.push_back({e, kgroup_lhs_view(lhs, s), a_t ? kgroup_lhs_view(rhs, s) : kgroup_rhs_view(rhs, s), offs[e] - s,
                             static_cast<std::int64_t>(e) * N * K, K, splits_of(opt, e)});
       s = offs[e];
     }

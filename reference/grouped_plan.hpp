@@ -8,7 +8,10 @@
 //   fwd   A (M,K) 1xB      x W (E,N,K) BxB    -> out (M,N):   expert e: rows of A,  W[e]
 //   dgrad dOut (M,N) 1xB   x W^T (E,K,N) BxB  -> dA (M,K):    expert e: rows of dOut, W^T[e]
 //   wgrad dOut^T (N,M) kgrouped-lhs x A (M,K) kgrouped-rhs -> dW (E,N,K): expert e contracts its
-//         tokens [s_e, s_{e+1}); an empty expert contracts nothing (its dW is zero)
+//         tokens [s_e, s_{e+1}); an empty expert contracts nothing (its dW is zero). A may also be
+//         given transposed, A^T (K,M) kgrouped-lhs (TN GEMMs: both operands token-contiguous)
+// The views carry every operand's strides, so a GEMM engine that needs a layout (cuBLASLt: both
+// operands contiguous along the contraction) reads it from the plan and refuses what it cannot take.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -384,13 +384,26 @@ int RuleOp::output_index(const std::string& role) const {
   return -1;
 }
 
+namespace {
+RuleTable rule_table(const Json& j, const std::string& path);
+}  // namespace
+
 RuleTable parse_rule_table(const std::string& text_, const std::string& path) {
   Json j;
   try {
     j = Json::parse(text_);
-  } catch (const Json::parse_error& e) {
-    fail("rule table '", path, "' is not JSON: ", e.what());
+  } catch (const Json::exception& e) {  // a syntax error, or a number past a double (out_of_range.406)
+    fail("rule table '", path, "' is not JSON fp8moe can read: ", e.what());
   }
+  try {
+    return rule_table(j, path);
+  } catch (const Json::exception& e) {  // a safety net: every entry is type-checked before it is read
+    fail("rule table '", path, "': ", e.what());
+  }
+}
+
+namespace {
+RuleTable rule_table(const Json& j, const std::string& path) {
   const Where top{path, ""};
   refuse_unknown_keys(j, {"format", "source", "note", "ops"}, top);
   const std::string format = text(member(j, "format", top), top.at("format"));
@@ -403,6 +416,7 @@ RuleTable parse_rule_table(const std::string& text_, const std::string& path) {
   for (std::size_t i = 0; i < ops.size(); ++i) t.ops.push_back(op_entry(ops[i], top.at("ops").at(i)));
   return t;
 }
+}  // namespace
 
 RuleTable load_rule_table(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -329,6 +329,47 @@ TEST_CASE("empty experts produce zero weight gradients and no rows") {
   }
 }
 
+TEST_CASE("wgrad's A given transposed (A^T, kgrouped-lhs, cuBLASLt's TN layout) gives the same dW bitwise") {
+  // The plan (reference/grouped_plan.hpp) takes wgrad's A either way; the cuBLASLt passes run it
+  // with A^T. The codes and scales are the same blocks transposed, so every mode's dW is equal.
+  const std::uint64_t seed = test::seed_for(107);
+  CAPTURE(seed);
+  const Problem p = make_problem({128, 128, 512}, 256, 384, seed);  // an empty expert, then 384 tokens
+  const QuantOptions q;
+  const Quantized g = quantize_kgrouped_lhs(p.G, p.offs, q);
+  const Quantized a = quantize_kgrouped_rhs(p.A, p.offs, q), at = quantize_kgrouped_lhs(p.A, p.offs, q);
+  const std::int64_t M = p.A.dim(0), K = p.A.dim(1);
+  for (std::int64_t m = 0; m < M; ++m) {
+    for (std::int64_t k = 0; k < K; ++k) {
+      REQUIRE(a.codes.data[static_cast<std::size_t>(a.layout.code_index(0, m, k))] ==
+              at.codes.data[static_cast<std::size_t>(at.layout.code_index(0, k, m))]);
+      REQUIRE(a.scales.data[static_cast<std::size_t>(a.layout.scale_index(0, m, k))] ==
+              at.scales.data[static_cast<std::size_t>(at.layout.scale_index(0, k, m))]);
+    }
+  }
+  for (Mode m : {Mode::exact, Mode::promote_fp32, Mode::hopper_tc}) {
+    for (Promotion pr : {Promotion::deepgemm, Promotion::cublas}) {
+      CAPTURE(std::string(mode_name(m)));
+      CAPTURE(static_cast<int>(pr));
+      const GemmOptions o = opts(m, pr, OutDtype::fp32);
+      const TensorD want = grouped_wgrad_q(g, a, p.offs, o), got = grouped_wgrad_q(g, at, p.offs, o);
+      REQUIRE(got.shape == want.shape);
+      CHECK(got.data == want.data);
+      double norm = 0;
+      for (double v : got.data) norm += std::fabs(v);
+      CHECK(norm > 0);
+    }
+  }
+  // Any other recipe for A is refused, naming both that are taken.
+  try {
+    (void)grouped_wgrad_q(g, quantize_act_lhs(p.A, q), p.offs, opts(Mode::exact));
+    FAIL("wgrad took A quantized 1x128 along K");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("kgrouped") != std::string::npos);
+    CHECK(std::string(e.what()).find("(A^T)") != std::string::npos);
+  }
+}
+
 TEST_CASE("a NaN input poisons exactly the outputs it feeds, and NaN never passes a metric") {
   const std::uint64_t seed = test::seed_for(107);
   CAPTURE(seed);
