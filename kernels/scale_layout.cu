@@ -43,10 +43,12 @@ __global__ void __launch_bounds__(kThreads) relayout_blk_kernel(const float* __r
   }
 }
 
-// grid (ceil(C/32), ceil(R/32)), block (32, 8): src (R, C) -> dst (C, R)
+// grid (ceil(C/32), ceil(R/32), batch), block (32, 8): src (batch, R, C) -> dst (batch, C, R)
 __global__ void transpose_kernel(const float* __restrict__ src, std::int64_t R, std::int64_t C,
                                  float* __restrict__ dst) {
   __shared__ float tile[32][33];
+  src += static_cast<std::int64_t>(blockIdx.z) * R * C;
+  dst += static_cast<std::int64_t>(blockIdx.z) * R * C;
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * 32, r0 = static_cast<std::int64_t>(blockIdx.y) * 32;
   for (int i = threadIdx.y; i < 32; i += 8) {
     const std::int64_t r = r0 + i, c = c0 + threadIdx.x;
@@ -105,12 +107,14 @@ void relayout_blk_scales(const float* src, std::int64_t rows, std::int64_t kb, f
   FP8MOE_CUDA_CHECK_LAUNCH("relayout_blk_kernel", "rows=", rows, " kb=", kb);
 }
 
-void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream) {
-  if (R * C == 0) return;
+void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream,
+                      std::int64_t batch) {
+  if (R * C * batch == 0) return;
   if ((R + 31) / 32 > 65535) fail("transpose_scales: ", R, " rows exceed the grid's y limit");
-  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32));
+  if (batch > 65535) fail("transpose_scales: a batch of ", batch, " matrices exceeds the grid's z limit");
+  const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>((R + 31) / 32), static_cast<unsigned>(batch));
   transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(src, R, C, dst);
-  FP8MOE_CUDA_CHECK_LAUNCH("transpose_kernel", "R=", R, " C=", C);
+  FP8MOE_CUDA_CHECK_LAUNCH("transpose_kernel", "R=", R, " C=", C, " batch=", batch);
 }
 
 }  // namespace fp8moe::kernels

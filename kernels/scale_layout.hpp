@@ -1,5 +1,6 @@
 #pragma once
-// Scale layouts cuBLASLt's Hopper block scaling reads (cuBLASLt 13.x; shapes and strides as
+// Scale layouts cuBLASLt's Hopper block scaling reads (CUTLASS's MN-major ones come from the same
+// kernels: kernels/cutlass_grouped.cpp) (cuBLASLt 13.x; shapes and strides as
 // PyTorch's ScaledBlas.cpp checks them before calling cuBLASLt, reference/SPEC.md 4.3), and the relayout
 // kernels from our row-major layouts (kernels/quantize.hpp = reference/'s) into them.
 //
@@ -36,7 +37,9 @@ void relayout_vec_scales(const float* src, std::span<const std::int32_t> offs, s
                          std::span<const std::int64_t> dst_off, float* dst, cudaStream_t stream);
 // 128x128 scales (rows, kb) row-major (rows = E * nb) -> (rows, blk_scale_pitch(kb)), pad zero.
 void relayout_blk_scales(const float* src, std::int64_t rows, std::int64_t kb, float* dst, cudaStream_t stream);
-// Plain transpose of a (R, C) row-major float matrix into (C, R) row-major.
-void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream);
+// Plain transpose of a (R, C) row-major float matrix into (C, R) row-major; `batch` such matrices
+// back to back (batch, R, C) -> (batch, C, R).
+void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream,
+                      std::int64_t batch = 1);
 
 }  // namespace fp8moe::kernels

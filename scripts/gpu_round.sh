@@ -42,11 +42,14 @@ step() {  # step LOG COMMAND...: appends COMMAND's output and exit status to RES
 gpu_tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
            test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend
            test_cuda_fake_comm test_nccl_comm)
+[[ -f $bin/test_kernels_cutlass ]] && gpu_tests+=(test_kernels_cutlass)  # where the build found CUTLASS
+backends=(reference cuda-simt cuda-cublaslt)
+[[ $("$bin/fp8moe" info 2>/dev/null) == *cuda-cutlass* ]] && backends+=(cuda-cutlass)
 if [[ $what == all || $what == tests ]]; then
   for t in "${gpu_tests[@]}"; do
     step tests "$bin/$t"
   done
-  for be in reference cuda-simt cuda-cublaslt; do
+  for be in "${backends[@]}"; do
     step runs "$bin/fp8moe" run --level op --mesh tp=2 --pass fwd --lhs R --rhs 'S(1)' -E 3 --offs 129,384,500 \
       --backend "$be"
     step runs "$bin/fp8moe" run --level layer --mesh tp=2 --plan tp --backend "$be"
@@ -69,6 +72,12 @@ if [[ $what == all || $what == sweeps ]]; then
   # baseline's hopper-tc:cublas rows (and the floors)
   step sweeps "$bin/fp8moe" gate "$res/ci_cublaslt.h5" --baseline "$base"
   step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cublaslt.h5" --identical
+  if [[ " ${backends[*]} " == *" cuda-cutlass "* ]]; then
+    # CUTLASS against the same model: the identity gate cutlass_is_hopper_tc
+    step sweeps "$bin/fp8moe" sweep scenarios/ci.ini --backend cuda-cutlass --runtime fake-gpu --out "$res/ci_cutlass.h5" --force -q
+    step sweeps "$bin/fp8moe" gate "$res/ci_cutlass.h5" --baseline "$base"
+    step sweeps "$bin/fp8moe" compare "$base" "$res/ci_cutlass.h5" --identical
+  fi
   # The real multi-process mesh on this host's CPUs (when the image has Open MPI and the pack has
   # fp8moe-mpi): 4 ranks, bitwise the CPU baseline, as the CI test comm.mpi_sweep checks.
   if [[ -f $bin/fp8moe-mpi ]] && command -v mpirun >/dev/null; then

@@ -12,6 +12,11 @@ out=${2:-build-gpu}
 tests=(test_kernels_codec test_kernels_layout test_kernels_quantize test_kernels_datagen test_kernels_simt_gemm
        test_kernels_hp64 test_kernels_cublaslt test_kernels_wgmma_layout test_kernels_wgmma test_cuda_backend
        test_cuda_fake_comm test_nccl_comm)
+# The CUTLASS suite where the build found CUTLASS (cuda-cutlass).
+targets=$(cmake --build "$build" --target help 2>/dev/null || true)
+if [[ $targets == *test_kernels_cutlass* ]]; then
+  tests+=(test_kernels_cutlass)
+fi
 cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels "${tests[@]}" >&2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin"

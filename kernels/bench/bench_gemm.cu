@@ -5,13 +5,18 @@
 // Operands are quantized once before timing (the quantizers have their own table); a timed
 // cublaslt call includes its scale relayouts. Baseline, timed in the same run on the same codes
 // and shapes: the same per-expert cuBLASLt loop with per-tensor FP8 scaling (LtScaling::
-// per_tensor), so "vs per-tensor" is what block scaling costs. Data: kernels/datagen normal, fp32.
+// per_tensor), so "vs per-tensor" is what block scaling costs. Where CUTLASS was built, a cutlass
+// row follows each cublaslt row: the same pass on the same codes in one grouped launch
+// (kernels/cutlass_grouped.hpp), its baseline the cuBLASLt block-scaled loop timed just before it.
+// Data: kernels/datagen normal, fp32.
 //
 // Checked before timed (the `wrong` column; outputs start as the NaN sentinel, so an element a
 // call leaves unwritten is wrong too):
 //   cublaslt       bitwise against its model, hopper-tc:cublas with the split counts cuBLASLt ran
 //                  (the simt kernel, itself bitwise the CPU reference: tests/kernels); the timed
 //                  calls' last output bitwise the checked one; the per-tensor baseline all finite
+//   cutlass        bitwise against hopper-tc:cublas without splits (the simt model); the timed
+//                  calls' last output bitwise the checked one
 //   simt deepgemm  bitwise against the CPU reference promote-fp32:deepgemm on the same codes
 //   hp64           SQNR >= 250 dB against the CPU's fp64 passes (they differ in summation order only)
 #include <cmath>
@@ -22,6 +27,9 @@
 
 #include "kernels/bench/bench_util.hpp"
 #include "kernels/cublaslt_grouped.hpp"
+#ifdef FP8MOE_HAVE_CUTLASS
+#include "kernels/cutlass_grouped.hpp"
+#endif
 #include "kernels/datagen.hpp"
 #include "kernels/hp64_gemm.hpp"
 #include "kernels/quantize.hpp"
@@ -51,8 +59,11 @@ double tflops_of(const Shape& s, double ms) {
   return 2.0 * static_cast<double>(s.E * s.Me) * static_cast<double>(s.N) * static_cast<double>(s.K) / (ms * 1e-3) / 1e12;
 }
 
-// One table row; base_ms > 0: the per-tensor baseline's median of the same pass and shape.
-void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0) {
+constexpr const char* kPerTensor = "cublaslt per-tensor FP8, same codes and shapes";
+
+// One table row; base_ms > 0: the median of its baseline (`base_what`) on the same pass and shape.
+void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0,
+         const char* base_what = kPerTensor) {
   const double tflops = tflops_of(s, ms);
   const double base = base_ms > 0 ? tflops_of(s, base_ms) : 0;
   char extra[64] = "|          - |      - |";
@@ -78,7 +89,7 @@ void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms
   g.set_attr("wrong", c.wrong);
   g.set_attr("check", c.how);
   if (base_ms > 0) {
-    g.set_attr("baseline", "cublaslt per-tensor FP8, same codes and shapes");
+    g.set_attr("baseline", base_what);
     g.set_attr("baseline_median_ms", base_ms);
     g.set_attr("baseline_tflops", base);
     g.set_attr("ratio_to_baseline", tflops / base);
@@ -106,8 +117,15 @@ std::size_t estimate(std::int64_t in, std::int64_t out, std::size_t out_bytes) {
 using LtCallFn = std::function<void(LtScaling, std::uint16_t*)>;
 using ModelFn = std::function<void(const GemmOptions&, float*)>;
 
-void lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
-             const LtCallFn& call, const ModelFn& model, h5::Group* rows) {
+// The cuBLASLt row's block-scaled median and checked model output, for the cutlass row after it.
+struct LtResult {
+  double ms = 0;
+  std::vector<float> model;  // hopper-tc:cublas with cuBLASLt's splits
+  bool split = false;        // some expert ran split-K (the cutlass row needs its own model)
+};
+
+LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
+                 const LtCallFn& call, const ModelFn& model, h5::Group* rows) {
   const auto n = static_cast<std::size_t>(n_out);
   DeviceBuffer<std::uint16_t> out(n);
   out.fill_sentinel();
@@ -144,7 +162,44 @@ void lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, co
   c.how += nonfinite ? "; per-tensor baseline has non-finite outputs" : "; per-tensor baseline finite";
   const double pt = median_ms([&] { call(LtScaling::per_tensor, base.get()); });
   row(rows, "cublaslt", p, s, blk, c, pt);
+  LtResult r{blk, std::move(want), false};
+  for (const std::int32_t k : m.split_k) r.split = r.split || k > 1;
+  return r;
 }
+
+#ifdef FP8MOE_HAVE_CUTLASS
+// One CUTLASS pass on the same codes: checked bitwise against hopper-tc:cublas without splits,
+// then timed; its baseline the cuBLASLt loop's median from `lt`.
+void cutlass_pass(Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
+                  const std::function<void(std::uint16_t*)>& call, const ModelFn& model, const LtResult& lt,
+                  h5::Group* rows) {
+  const auto n = static_cast<std::size_t>(n_out);
+  DeviceBuffer<std::uint16_t> out(n);
+  out.fill_sentinel();
+  call(out.get());
+  FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass check", s));
+  const std::vector<std::uint16_t> checked = download(out.get(), n);
+  std::vector<float> got(n);
+  for (std::size_t i = 0; i < n; ++i) got[i] = bf16_to_f32(checked[i]);
+  std::vector<float> want = lt.model;
+  if (lt.split) {  // cuBLASLt split K here: the unsplit model
+    GemmOptions m = opt;
+    m.mode = Mode::hopper_tc;
+    m.promotion = Promotion::cublas;
+    DeviceBuffer<float> mo(n);
+    mo.fill_sentinel();
+    model(m, mo.get());
+    want = download(mo.get(), n);
+  }
+  Check c{bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, no splits)"};
+  const double ms = median_ms([&] { call(out.get()); });
+  FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass timing", s));
+  const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
+  c.wrong += drift;
+  if (drift) c.how += "; timed output differs from the checked one";
+  row(rows, "cutlass", p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run");
+}
+#endif
 
 // A generated (normal, fp32) input of `shape`, quantized with recipe r; the fp32 copy is freed.
 DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape, std::uint32_t tensor,
@@ -154,6 +209,9 @@ DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape
 }
 
 void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
+#ifdef FP8MOE_HAVE_CUTLASS
+  CutlassGrouped cut;
+#endif
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
@@ -163,17 +221,26 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
     require_device_memory(estimate(M * s.K + s.E * s.N * s.K, M * s.N, 2 + 4 + 2), shape_name("cublaslt fwd", s));
     const DeviceQuantized a_q = quantized_input(Recipe::act_lhs, {M, s.K}, kTensorA, {}, q);
     const DeviceQuantized w_q = quantized_input(Recipe::weight_fwd, {s.E, s.N, s.K}, kTensorW, {}, q);
-    lt_pass(lt, Pass::fwd, s, M * s.N, opt,
-            [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
-            [&](const GemmOptions& m, float* out) { simt_grouped_fwd(a_q, w_q, offs, m, out); }, rows);
+    const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_fwd(a_q, w_q, offs, m, out); };
+    const LtResult r = lt_pass(lt, Pass::fwd, s, M * s.N, opt,
+                               [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
+                               model, rows);
+#ifdef FP8MOE_HAVE_CUTLASS
+    cutlass_pass(Pass::fwd, s, M * s.N, opt, [&](std::uint16_t* out) { cut.fwd(a_q, w_q, offs, opt, out); }, model, r, rows);
+#endif
   }
   {  // dgrad: dOut (M,N) 1x128, W (E,N,K) as 128x128T (E,K,N) -> (M,K) bf16
     require_device_memory(estimate(M * s.N + s.E * s.N * s.K, M * s.K, 2 + 4 + 2), shape_name("cublaslt dgrad", s));
     const DeviceQuantized g_q = quantized_input(Recipe::act_lhs, {M, s.N}, kTensorGradOut, {}, q);
     const DeviceQuantized w_q = quantized_input(Recipe::weight_dgrad, {s.E, s.N, s.K}, kTensorW, {}, q);
-    lt_pass(lt, Pass::dgrad, s, M * s.K, opt,
-            [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
-            [&](const GemmOptions& m, float* out) { simt_grouped_dgrad(g_q, w_q, offs, m, out); }, rows);
+    const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_dgrad(g_q, w_q, offs, m, out); };
+    const LtResult r = lt_pass(lt, Pass::dgrad, s, M * s.K, opt,
+                               [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
+                               model, rows);
+#ifdef FP8MOE_HAVE_CUTLASS
+    cutlass_pass(Pass::dgrad, s, M * s.K, opt, [&](std::uint16_t* out) { cut.dgrad(g_q, w_q, offs, opt, out); }, model, r,
+                 rows);
+#endif
   }
   {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16. cuBLASLt takes A^T as
      // kgrouped-lhs codes (K,M); the simt model the same blocks as kgrouped-rhs codes (M,K).
@@ -181,9 +248,14 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
     const DeviceQuantized g_q = quantized_input(Recipe::kgrouped_lhs, {M, s.N}, kTensorGradOut, offs, q);
     const DeviceQuantized at_q = quantized_input(Recipe::kgrouped_lhs, {M, s.K}, kTensorA, offs, q);
     const DeviceQuantized a_q = quantized_input(Recipe::kgrouped_rhs, {M, s.K}, kTensorA, offs, q);
-    lt_pass(lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
-            [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, at_q, offs, opt, out, nullptr, sc); },
-            [&](const GemmOptions& m, float* out) { simt_grouped_wgrad(g_q, a_q, offs, m, out); }, rows);
+    const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_wgrad(g_q, a_q, offs, m, out); };
+    const LtResult r = lt_pass(lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
+                               [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, at_q, offs, opt, out, nullptr, sc); },
+                               model, rows);
+#ifdef FP8MOE_HAVE_CUTLASS
+    cutlass_pass(Pass::wgrad, s, s.E * s.N * s.K, opt, [&](std::uint16_t* out) { cut.wgrad(g_q, at_q, offs, opt, out); },
+                 model, r, rows);
+#endif
   }
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after cublaslt", s));
 }
@@ -263,11 +335,15 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 }  // namespace
 
 void bench_gemms(h5::Group* rows) {
-  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | per-tensor | ratio  |     wrong | checked as\n");
+  std::printf("\n(baseline: a cublaslt row's is the per-tensor-scaled cuBLASLt loop; a cutlass row's the block-scaled "
+              "cuBLASLt loop of the row above it)\n");
+  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
   std::printf("|---------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
   CublasLtGrouped lt;
+  // DeepSeek-V3-like (8, 4096, 4096, 7168) and (8, 4096, 7168, 2048), DeepGEMM's published
+  // m-grouped shape (4, 8192, 4096, 7168), (16, 2048, 5120, 8192), Qwen3-MoE-like (16, 2048, 3072, 4096)
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
-                         Shape{16, 2048, 5120, 8192}}) {
+                         Shape{16, 2048, 5120, 8192}, Shape{16, 2048, 3072, 4096}}) {
     bench_cublaslt(lt, s, rows);
   }
   bench_cuda_cores(Shape{4, 1024, 1024, 1024}, rows);

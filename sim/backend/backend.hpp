@@ -52,7 +52,8 @@ class Backend {
   virtual std::vector<std::int32_t> take_splits_seen() { return {}; }
 };
 
-// Backends by name: "reference" (CPU); with CUDA also "cuda-simt" and "cuda-cublaslt"
+// Backends by name: "reference" (CPU); with CUDA also "cuda-simt" and "cuda-cublaslt" (and
+// "cuda-cutlass" where CUTLASS's headers were found at configure time)
 // (sim/backend/cuda_backend.hpp). Unknown names list the available ones.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 // The backend names this build knows, in a fixed order (the first is the default).

@@ -1,4 +1,5 @@
-// The CUDA backends cuda-simt and cuda-cublaslt (see cuda_backend.hpp for what each computes).
+// The CUDA backends cuda-simt, cuda-cublaslt and (where CUTLASS was found at configure time)
+// cuda-cutlass (see cuda_backend.hpp for what each computes).
 // Host tensors at op boundaries. Every op checks its device-memory estimate before it allocates
 // (kernels::require_device_memory), uploads, computes, downloads; a case's estimate
 // (cuda_case_device_bytes) is built from the same per-pass formula, pass_bytes.
@@ -16,6 +17,9 @@
 
 #include "kernels/check.hpp"
 #include "kernels/cublaslt_grouped.hpp"
+#ifdef FP8MOE_HAVE_CUTLASS
+#include "kernels/cutlass_grouped.hpp"
+#endif
 #include "kernels/hp64_gemm.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/simt_gemm.hpp"
@@ -33,6 +37,26 @@ std::set<std::int32_t> g_splits_seen;
 
 constexpr const char* kSimt = "cuda-simt";
 constexpr const char* kLt = "cuda-cublaslt";
+constexpr const char* kCutlass = "cuda-cutlass";
+
+#ifdef FP8MOE_HAVE_CUTLASS
+constexpr bool kHaveCutlass = true;
+#else
+constexpr bool kHaveCutlass = false;
+#endif
+
+bool is_cuda_backend(const std::string& name) {
+  return name == kSimt || name == kLt || (kHaveCutlass && name == kCutlass);
+}
+std::string cuda_backend_list() { return kHaveCutlass ? "cuda-simt, cuda-cublaslt, cuda-cutlass" : "cuda-simt, cuda-cublaslt"; }
+void require_cuda_backend(const std::string& name) {
+  if (is_cuda_backend(name)) return;
+  if (name == kCutlass) {
+    fail("backend 'cuda-cutlass' is not built: this build found no CUTLASS headers at configure time "
+         "(scripts/setup.sh fetches them; or -DFP8MOE_CUTLASS_DIR=...): use cuda-cublaslt or cuda-simt");
+  }
+  fail("unknown CUDA backend '", name, "': this build has ", cuda_backend_list());
+}
 
 std::string shape_of(const char* pass, std::int64_t E, std::int64_t M, std::int64_t N, std::int64_t K) {
   return cat(pass, " E=", E, " M=", M, " N=", N, " K=", K);
@@ -111,6 +135,9 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::string name) : name_(std::move(name)), cpu_(make_backend("reference")) {
     if (name_ == kLt) lt_ = std::make_unique<kernels::CublasLtGrouped>();
+#ifdef FP8MOE_HAVE_CUTLASS
+    if (name_ == kCutlass) cutlass_ = std::make_unique<kernels::CutlassGrouped>();
+#endif
   }
   std::string name() const override { return name_; }
 
@@ -194,18 +221,18 @@ class CudaBackend final : public Backend {
     // every check downstream. This is also what shows compute-sanitizer's initcheck report on the
     // cuBLASLt outputs (it does not see cuBLASLt's stores) to be spurious: with the sentinel, every
     // output equals the hopper-tc model bitwise (test_kernels_cublaslt, results/bench round logs).
-    if (lt_) {
+    if (tensor_core()) {
       TensorD t(out_shape);
       if (opt.out == OutDtype::bf16) {
         DeviceBuffer<std::uint16_t> out(n);
         out.fill_sentinel();
-        call_lt(p, l, r, offs, opt, out.get());
+        call_tc(p, l, r, offs, opt, out.get());
         const std::vector<std::uint16_t> h = out.download();
         for (std::size_t i = 0; i < n; ++i) t.data[i] = bf16_to_f32(h[i]);
       } else {
         DeviceBuffer<float> out(n);
         out.fill_sentinel();
-        call_lt(p, l, r, offs, opt, out.get());
+        call_tc(p, l, r, offs, opt, out.get());
         const std::vector<float> h = out.download();
         for (std::size_t i = 0; i < n; ++i) t.data[i] = h[i];
       }
@@ -220,8 +247,27 @@ class CudaBackend final : public Backend {
     }
     return from_floats(std::move(out_shape), out.download());
   }
-  void call_lt(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
+  // The production GEMMs: cuBLASLt's loop or CUTLASS's grouped launch.
+  bool tensor_core() const {
+#ifdef FP8MOE_HAVE_CUTLASS
+    if (cutlass_) return true;
+#endif
+    return lt_ != nullptr;
+  }
+  void call_tc(Pass p, const DeviceQuantized& l, const DeviceQuantized& r, std::span<const std::int32_t> offs,
                const GemmOptions& opt, void* out) {
+#ifdef FP8MOE_HAVE_CUTLASS
+    if (cutlass_) {
+      switch (p) {
+        case Pass::fwd: cutlass_->fwd(l, r, offs, opt, out); break;
+        case Pass::dgrad: cutlass_->dgrad(l, r, offs, opt, out); break;
+        case Pass::wgrad: cutlass_->wgrad(l, r, offs, opt, out); break;
+      }
+      last_split_k_.assign(offs.size(), 1);  // one grouped launch, no split-K
+      last_algorithms_ = cutlass_->last_config();
+      return;
+    }
+#endif
     switch (p) {
       case Pass::fwd: lt_->fwd(l, r, offs, opt, out); break;
       case Pass::dgrad: lt_->dgrad(l, r, offs, opt, out); break;
@@ -302,15 +348,18 @@ class CudaBackend final : public Backend {
       return from_doubles({E, N, K}, out.download());
     }
     const DeviceQuantized g_q = kernels::quantize<float>(Recipe::kgrouped_lhs, dg.get(), dOut.shape, offs, opt.quant);
-    // simt reads A as 128x1 along tokens in place; cuBLASLt needs A^T's codes (TN only).
-    const DeviceQuantized a_q =
-        kernels::quantize<float>(lt_ ? Recipe::kgrouped_lhs : Recipe::kgrouped_rhs, da.get(), A.shape, offs, opt.quant);
+    // simt reads A as 128x1 along tokens in place; cuBLASLt and CUTLASS need A^T's codes (TN only).
+    const DeviceQuantized a_q = kernels::quantize<float>(tensor_core() ? Recipe::kgrouped_lhs : Recipe::kgrouped_rhs,
+                                                         da.get(), A.shape, offs, opt.quant);
     return quantized_pass(Pass::wgrad, g_q, a_q, offs, opt, {E, N, K});
   }
 
   std::string name_;
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<kernels::CublasLtGrouped> lt_;
+#ifdef FP8MOE_HAVE_CUTLASS
+  std::unique_ptr<kernels::CutlassGrouped> cutlass_;
+#endif
   std::vector<std::int32_t> last_split_k_;
   std::string last_algorithms_;
   std::set<std::int32_t> splits_seen_;
@@ -326,7 +375,8 @@ std::vector<std::int32_t> take_cublaslt_splits_seen() {
 }
 
 const std::vector<std::string>& cuda_backend_names() {
-  static const std::vector<std::string> names{kSimt, kLt};
+  static const std::vector<std::string> names =
+      kHaveCutlass ? std::vector<std::string>{kSimt, kLt, kCutlass} : std::vector<std::string>{kSimt, kLt};
   return names;
 }
 
@@ -349,13 +399,26 @@ std::string cuda_backend_unsupported(const std::string& name, const GemmOptions&
     }
     return kernels::cublaslt_unsupported(opt.quant, opt.out);
   }
+#ifdef FP8MOE_HAVE_CUTLASS
+  if (name == kCutlass) {
+    // CUTLASS's collective promotes fwd/dgrad as fma(P, fl(sa*sb), acc) and wgrad (per-row scales
+    // on both operands) as fma(fl(P*sa), sb, acc): hopper-tc:cublas's arithmetic in every pass
+    // (kernels/cutlass_gemm.cuh), with one grouped launch and no split-K.
+    if (opt.mode != Mode::hopper_tc || opt.promotion != Promotion::cublas) {
+      return cat("cuda-cutlass runs CUTLASS's sm90 blockwise-FP8 grouped GEMM, modelled bit for bit by hopper-tc:cublas, not ",
+                 mode_label(opt.mode, opt.promotion), ": use mode hopper-tc:cublas (or hp64)");
+    }
+    return kernels::cutlass_unsupported(opt.quant, opt.out);
+  }
+#endif
+  require_cuda_backend(name);
   fail("unknown CUDA backend '", name, "'");
 }
 
 std::size_t CudaCaseBytes::total() const { return sat_add(sat_add(op, fixed), comm); }
 
 CudaCaseBytes cuda_case_device_bytes(const std::string& backend, const CudaCaseShape& s) {
-  if (backend != kSimt && backend != kLt) fail("unknown CUDA backend '", backend, "': this build has cuda-simt, cuda-cublaslt");
+  require_cuda_backend(backend);
   const double B = std::max(1, s.gemm.quant.block);
   const double E = static_cast<double>(std::max<std::int64_t>(s.experts, 1));
   const bool q = is_quantized(s.gemm.mode);
@@ -389,8 +452,9 @@ CudaCaseBytes cuda_case_device_bytes(const std::string& backend, const CudaCaseS
   CudaCaseBytes b;
   b.op = to_bytes(op);
   // CublasLtGrouped: its 32 MiB workspace and two relaid scale buffers (the scales are 1/32 of an
-  // operand's fp32 bytes before the K-block padding; 4x that is kept as the bound).
-  if (backend == kLt) b.fixed = to_bytes(32.0 * (1 << 20) + in_max / 8);
+  // operand's fp32 bytes before the K-block padding; 4x that is kept as the bound). CutlassGrouped:
+  // the same scale buffers, its argument arrays and CUTLASS's workspace (well under 32 MiB).
+  if (backend == kLt || backend == kCutlass) b.fixed = to_bytes(32.0 * (1 << 20) + in_max / 8);
   if (s.fake_gpu && s.world > 1) {
     const double w = s.world;
     // (members + 1) fp32 images; per-image 256-byte alignment (at most 2 w^2 + 8 images), the
@@ -416,7 +480,7 @@ void require_cuda_case_memory(const std::string& backend, const CudaCaseShape& s
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const std::string& name) {
-  if (name != kSimt && name != kLt) fail("unknown CUDA backend '", name, "': this build has cuda-simt, cuda-cublaslt");
+  require_cuda_backend(name);
   if (kernels::cuda_device_count() == 0) {
     fail("backend '", name, "' needs a CUDA device, but no CUDA device is present on this machine "
          "(cudaGetDeviceCount found none): use --backend reference, or run on a GPU machine");

@@ -8,8 +8,11 @@
 // |---------------|-----------------------|------------------------------------------------|-------------|
 // | cuda-simt     | GPU fp64 (hp64_gemm)  | simt kernel, both orders: bitwise the CPU's    | rejected    |
 // | cuda-cublaslt | GPU fp64 (hp64_gemm)  | cuBLASLt block-scaled FP8 (e4m3, block 128),   | rejected    |
-// |               |                       | labelled promote-fp32:cublas: the model it is  |             |
-// |               |                       | held against; deepgemm order is rejected       |             |
+// |               |                       | labelled hopper-tc:cublas: the model it is     |             |
+// |               |                       | held against bitwise; other modes rejected     |             |
+// | cuda-cutlass  | GPU fp64 (hp64_gemm)  | CUTLASS's sm90 grouped blockwise FP8 GEMM (one | rejected    |
+// |               |                       | launch per pass; e4m3, block 128), labelled    |             |
+// |               |                       | hopper-tc:cublas; built only with CUTLASS      |             |
 // bf16, exact and torchao-emulated stay with the reference backend: backend_unsupported says so
 // before a case runs. Quantizers run on the GPU (bitwise reference/'s; QuantStats are left zero);
 // dequantize and the SwiGLU elementwise ops reuse the CPU reference (the same bits).
@@ -23,7 +26,8 @@
 
 namespace fp8moe::sim {
 
-// The CUDA backends this build has: {"cuda-simt", "cuda-cublaslt"}, or none without nvcc.
+// The CUDA backends this build has: {"cuda-simt", "cuda-cublaslt"} (+ "cuda-cutlass" with CUTLASS),
+// or none without nvcc.
 const std::vector<std::string>& cuda_backend_names();
 // Why CUDA backend `name` cannot compute a pass with `opt` (empty when it can). Needs no device.
 std::string cuda_backend_unsupported(const std::string& name, const GemmOptions& opt);
@@ -38,7 +42,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& name);
 //         the output (fp64 for hp64), at the unsharded shapes with every expert's rows padded
 //         (token groups to the block, cuBLASLt's row multiple) and feature dims rounded up to the
 //         block (ragged shards are zero-padded per rank);
-//   fixed what the backend keeps between ops (cuda-cublaslt: workspace and scale buffers);
+//   fixed what the backend keeps between ops (cuda-cublaslt, cuda-cutlass: workspace and scale buffers);
 //   comm  with fake_gpu, CudaFakeCommunicator's staging arena at its largest: a collective holds
 //         at most (members + 1) images of the largest tensor (all_gather: the shards and every
 //         member's gathered copy; reductions: every member's input and the result), in fp32.

@@ -84,6 +84,10 @@ void check_backend_name(const std::string& name) {
   }
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  if (name == "cuda-cutlass") {
+    fail("backend 'cuda-cutlass' is not in this build (it has ", known, "): it needs nvcc and CUTLASS 4.x's headers "
+         "at configure time; scripts/setup.sh fetches them, or configure with -DFP8MOE_CUTLASS_DIR=/path/to/cutlass");
+  }
   fail("unknown backend '", name, "': this build has ", known);
 }
 }  // namespace

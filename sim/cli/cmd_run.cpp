@@ -88,7 +88,7 @@ const KeyFlag kRunFlags[] = {
     {"reduce-dtype", Key::reduce_dtype, "fp32 or bf16 (partial sums rounded)"},
     {"fsdp-gather", Key::fsdp_gather, "layer level: FSDP2 all-gather in bf16 or fp8"},
     {"lr", Key::lr, "layer level: one SGD step with this learning rate"},
-    {"backend", Key::backend, "per-rank math: reference, cuda-simt or cuda-cublaslt (fp8moe info lists those built in)"},
+    {"backend", Key::backend, "per-rank math: reference, cuda-simt, cuda-cublaslt or cuda-cutlass (fp8moe info lists those built in)"},
 };
 
 std::string long_name(const char* flag) {
@@ -116,9 +116,10 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
       out.push_back({f.key, "--" + name, placement ? replicated_text : f.run_default});
     }
   }
-  // cuBLASLt runs the tensor cores that hopper-tc:cublas models bit for bit, and no other mode:
-  // with that backend and no --mode, run takes that one rather than refusing the default.
-  if (!given("mode") && given("backend") && vm["backend"].as<std::string>() == "cuda-cublaslt") {
+  // cuBLASLt and CUTLASS run the tensor cores that hopper-tc:cublas models bit for bit, and no
+  // other mode: with those backends and no --mode, run takes that one rather than refusing the default.
+  if (!given("mode") && given("backend") && (vm["backend"].as<std::string>() == "cuda-cublaslt" ||
+                                                   vm["backend"].as<std::string>() == "cuda-cutlass")) {
     out.push_back({Key::mode, "--mode", "hopper-tc:cublas"});
   }
   if (vm["pow2-scales"].as<bool>()) out.push_back({Key::pow2_scales, "--pow2-scales", "true"});
@@ -238,7 +239,7 @@ int cmd_run(const Args& args) {
       "list", po::bool_switch(), "list the scenarios the mesh admits (valid and rejected with the reason)");
   for (const KeyFlag& f : kRunFlags) {
     std::string dflt = f.run_default ? f.run_default : std::string(scenarios::syntax(f.key).builtin);
-    if (f.key == Key::mode) dflt += "; hopper-tc:cublas with --backend cuda-cublaslt";
+    if (f.key == Key::mode) dflt += "; hopper-tc:cublas with --backend cuda-cublaslt or cuda-cutlass";
     desc.add_options()(f.flag, po::value<std::string>(), cat(f.help, " (default ", dflt, ")").c_str());
   }
   desc.add_options()("pow2-scales", po::bool_switch(), "power-of-two scales")(

@@ -139,7 +139,13 @@ TEST_CASE("cuBLASLt scale layouts: 16-byte aligned per-expert VEC128 blocks, BLK
 
 TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is not theirs, without a device") {
   const std::vector<std::string>& names = sim::backend_names();
+#ifdef FP8MOE_HAVE_CUTLASS
+  REQUIRE(names.size() == 4);
+  CHECK(names[3] == "cuda-cutlass");
+#else
   REQUIRE(names.size() == 3);
+  CHECK_THROWS_WITH_AS(sim::make_backend("cuda-cutlass"), doctest::Contains("-DFP8MOE_CUTLASS_DIR"), Error);
+#endif
   CHECK(names[0] == "reference");
   CHECK(names[1] == "cuda-simt");
   CHECK(names[2] == "cuda-cublaslt");
@@ -162,6 +168,17 @@ TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is 
   opt.mode = Mode::hp64;
   CHECK(sim::backend_unsupported("cuda-cublaslt", opt).empty());
   CHECK_THROWS_WITH_AS(sim::backend_unsupported("cuda-nope", opt), doctest::Contains("cuda-simt, cuda-cublaslt"), Error);
+#ifdef FP8MOE_HAVE_CUTLASS
+  // CUTLASS is held to the same model: hopper-tc:cublas (its wgrad promotion is cuBLASLt's)
+  opt.mode = Mode::hopper_tc;
+  opt.promotion = Promotion::deepgemm;
+  opt.quant.block = 128;
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).find("use mode hopper-tc:cublas") != std::string::npos);
+  opt.promotion = Promotion::cublas;
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).empty());
+  opt.quant.format = Fp8Format::e5m2;
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).find("e5m2") != std::string::npos);
+#endif
   if (kernels::cuda_device_count() == 0) {
     CHECK_THROWS_WITH_AS(sim::make_backend("cuda-simt"), doctest::Contains("'cuda-simt' needs a CUDA device"), Error);
   }

@@ -1,0 +1,198 @@
+#pragma once
+// The CUTLASS grouped blockwise-FP8 GEMM behind kernels/cutlass_gemm.hpp, one template for every
+// configuration; cutlass_gemm_act_weight.cu and cutlass_gemm_act_act.cu instantiate it.
+//
+// Arithmetic (what reference/'s hopper-tc model must reproduce): per 128-K block the tensor cores
+// chain four k32 wgmma steps from zero into a partial P (ScaleOut::Zero, then One), and the
+// collective folds P into the fp32 accumulator:
+//   act_weight (per-row A scales, one B scale per tile): s = fl(sa * sb), acc = fma(P, s, acc)
+//   act_act (per-row scales on both): acc = fma(fl(P * sa), sb, acc)
+// (cutlass/gemm/collective/fp8_accumulation.hpp scale_core; the FFMA needs nvcc's default
+// --fmad=true, which is why this library is compiled apart from fp8moe_kernels). The epilogue
+// writes alpha * acc with alpha = 1 and no C, rounded once to the output type (RN).
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/detail/blockwise_scale_layout.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/dispatch_policy.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/util/packed_stride.hpp>
+
+#include <cstring>
+
+#include "kernels/cutlass_gemm.hpp"
+#include "reference/error.hpp"
+
+namespace fp8moe::kernels::cutlass_impl {
+
+using namespace cute;
+
+// One configuration: the scale granularity of B along N (128: a weight tile; 1: per row) and the
+// output element.
+template <int kScaleN, class ElementD>
+struct Config {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
+  using ElementA = cutlass::float_e4m3_t;
+  using ElementB = cutlass::float_e4m3_t;
+  using LayoutA = cutlass::layout::RowMajor;     // (m, k), k contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // (k, n) column-major = (n, k), k contiguous
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignAB = 16;  // elements (16 bytes of FP8)
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using Accum = float;
+  using TileShape = Shape<_128, _128, _128>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, Accum, Accum, void, LayoutD*, kAlignD, ElementD, LayoutD*,
+      kAlignD, EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, Accum, void, Accum>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
+      ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, Accum, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
+};
+
+// Packs the groups' argument arrays into one buffer (one upload) and returns the device pointers.
+template <class C>
+struct Packed {
+  typename C::Shape3* shapes = nullptr;
+  const typename C::ElementA** a = nullptr;
+  const typename C::ElementB** b = nullptr;
+  typename C::Gemm::ElementD** d = nullptr;
+  const float** sfa = nullptr;
+  const float** sfb = nullptr;
+  typename C::StrideA* sa = nullptr;
+  typename C::StrideB* sb = nullptr;
+  typename C::StrideD* sd = nullptr;
+  typename C::LayoutSFA* lsfa = nullptr;
+  typename C::LayoutSFB* lsfb = nullptr;
+};
+
+inline std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
+
+template <class C>
+Packed<C> pack(std::span<const CutlassGroup> groups, std::vector<typename C::Shape3>& host_shapes, CutlassScratch& s,
+               cudaStream_t stream, const std::string& what) {
+  using ElementD = typename C::Gemm::ElementD;
+  const std::size_t G = groups.size();
+  std::size_t off = 0;
+  auto slot = [&](std::size_t bytes) {
+    const std::size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  const std::size_t o_shapes = slot(G * sizeof(typename C::Shape3)), o_a = slot(G * sizeof(void*)),
+                    o_b = slot(G * sizeof(void*)), o_d = slot(G * sizeof(void*)), o_sfa = slot(G * sizeof(void*)),
+                    o_sfb = slot(G * sizeof(void*)), o_sa = slot(G * sizeof(typename C::StrideA)),
+                    o_sb = slot(G * sizeof(typename C::StrideB)), o_sd = slot(G * sizeof(typename C::StrideD)),
+                    o_lsfa = slot(G * sizeof(typename C::LayoutSFA)), o_lsfb = slot(G * sizeof(typename C::LayoutSFB));
+  s.host.assign(off, 0);
+  auto at = [&](std::size_t o) { return s.host.data() + o; };
+  host_shapes.clear();
+  for (std::size_t g = 0; g < G; ++g) {
+    const CutlassGroup& x = groups[g];
+    const typename C::Shape3 shape{x.m, x.n, x.k};
+    host_shapes.push_back(shape);
+    std::memcpy(at(o_shapes) + g * sizeof shape, &shape, sizeof shape);
+    const void* ptrs[5] = {x.a, x.b, x.d, x.sfa, x.sfb};
+    const std::size_t pos[5] = {o_a, o_b, o_d, o_sfa, o_sfb};
+    for (int i = 0; i < 5; ++i) std::memcpy(at(pos[i]) + g * sizeof(void*), &ptrs[i], sizeof(void*));
+    // Packed strides, then each operand's own leading dimension (wgrad's views into (rows, M)).
+    typename C::StrideA sa = cutlass::make_cute_packed_stride(typename C::StrideA{}, {x.m, x.k, 1});
+    typename C::StrideB sb = cutlass::make_cute_packed_stride(typename C::StrideB{}, {x.n, x.k, 1});
+    typename C::StrideD sd = cutlass::make_cute_packed_stride(typename C::StrideD{}, {x.m, x.n, 1});
+    cute::get<0>(sa) = x.lda;
+    cute::get<0>(sb) = x.ldb;
+    cute::get<0>(sd) = x.ldd;
+    std::memcpy(at(o_sa) + g * sizeof sa, &sa, sizeof sa);
+    std::memcpy(at(o_sb) + g * sizeof sb, &sb, sizeof sb);
+    std::memcpy(at(o_sd) + g * sizeof sd, &sd, sizeof sd);
+    const auto lsfa = C::ScaleConfig::tile_atom_to_shape_SFA(make_shape(x.m, x.n, x.k, 1));
+    const auto lsfb = C::ScaleConfig::tile_atom_to_shape_SFB(make_shape(x.m, x.n, x.k, 1));
+    std::memcpy(at(o_lsfa) + g * sizeof lsfa, &lsfa, sizeof lsfa);
+    std::memcpy(at(o_lsfb) + g * sizeof lsfb, &lsfb, sizeof lsfb);
+  }
+  if (s.args.size() < off) s.args = DeviceBuffer<std::uint8_t>(off);
+  FP8MOE_CUDA_CHECK(cudaMemcpyAsync(s.args.get(), s.host.data(), off, cudaMemcpyHostToDevice, stream), what,
+                    ": uploading ", G, " groups' CUTLASS arguments");
+  std::uint8_t* base = s.args.get();
+  Packed<C> p;
+  p.shapes = reinterpret_cast<typename C::Shape3*>(base + o_shapes);
+  p.a = reinterpret_cast<const typename C::ElementA**>(base + o_a);
+  p.b = reinterpret_cast<const typename C::ElementB**>(base + o_b);
+  p.d = reinterpret_cast<ElementD**>(base + o_d);
+  p.sfa = reinterpret_cast<const float**>(base + o_sfa);
+  p.sfb = reinterpret_cast<const float**>(base + o_sfb);
+  p.sa = reinterpret_cast<typename C::StrideA*>(base + o_sa);
+  p.sb = reinterpret_cast<typename C::StrideB*>(base + o_sb);
+  p.sd = reinterpret_cast<typename C::StrideD*>(base + o_sd);
+  p.lsfa = reinterpret_cast<typename C::LayoutSFA*>(base + o_lsfa);
+  p.lsfb = reinterpret_cast<typename C::LayoutSFB*>(base + o_lsfb);
+  return p;
+}
+
+template <class C>
+void run(std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream, const std::string& what) {
+  if (groups.empty()) return;
+  if (s.sm_count == 0) {
+    int dev = 0;
+    FP8MOE_CUDA_CHECK(cudaGetDevice(&dev), what);
+    s.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  }
+  std::vector<typename C::Shape3> host_shapes;
+  const Packed<C> p = pack<C>(groups, host_shapes, s, stream, what);
+  cutlass::KernelHardwareInfo hw;
+  hw.sm_count = s.sm_count;
+  typename C::Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGrouped,
+      {static_cast<int>(groups.size()), p.shapes, host_shapes.data()},
+      {p.a, p.sa, p.b, p.sb, p.sfa, p.lsfa, p.sfb, p.lsfb},
+      {{}, nullptr, p.sd, p.d, p.sd},
+      hw};
+  auto& f = args.epilogue.thread;
+  f.alpha = 1.0f;
+  f.beta = 0.0f;
+  f.alpha_ptr = nullptr;
+  f.beta_ptr = nullptr;
+  f.alpha_ptr_array = nullptr;
+  f.beta_ptr_array = nullptr;
+  f.dAlpha = {cute::_0{}, cute::_0{}, 0};
+  f.dBeta = {cute::_0{}, cute::_0{}, 0};
+  typename C::Gemm gemm;
+  const cutlass::Status can = gemm.can_implement(args);
+  if (can != cutlass::Status::kSuccess) {
+    fail(what, ": CUTLASS cannot run this grouped GEMM (", cutlassGetStatusString(can), ", ", groups.size(),
+         " groups, first m=", groups[0].m, " n=", groups[0].n, " k=", groups[0].k,
+         "): its TMA needs 16-byte aligned rows and bases and K a multiple of 128");
+  }
+  const std::size_t ws = C::Gemm::get_workspace_size(args);
+  if (s.workspace.size() < ws) s.workspace = DeviceBuffer<std::uint8_t>(ws);
+  cutlass::Status st = gemm.initialize(args, s.workspace.get(), stream);
+  if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+  if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
+  FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
+}
+
+}  // namespace fp8moe::kernels::cutlass_impl

@@ -1,0 +1,146 @@
+// The CUTLASS block-scaled grouped passes (see cutlass_grouped.hpp for the operand mapping).
+#include "kernels/cutlass_grouped.hpp"
+
+#include <limits>
+#include <vector>
+
+#include "kernels/cutlass_gemm.hpp"
+#include "kernels/scale_layout.hpp"
+#include "reference/grouped_plan.hpp"
+#include "reference/groups.hpp"
+
+namespace fp8moe::kernels {
+
+// The two launches (cutlass_gemm_act_weight.cu, cutlass_gemm_act_act.cu).
+void cutlass_act_weight(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
+                        const std::string& what);
+void cutlass_act_act(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
+                     const std::string& what);
+
+std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
+  if (q.format != Fp8Format::e4m3) return "the cuda-cutlass passes are built for e4m3 operands, not e5m2";
+  if (q.block != 128) return cat("CUTLASS's blockwise FP8 GEMM here is 1x128 / 128x128 only, not block ", q.block);
+  if (out == OutDtype::fp64) return "the CUTLASS FP8 GEMM writes bf16 or fp32, not fp64";
+  return {};
+}
+
+std::string cutlass_config_name(ScaleKind kind) {
+  return cat("tile 128x128x128, cluster 1x2x1, cooperative, scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+}
+
+struct CutlassGrouped::State {
+  CutlassScratch scratch;
+  DeviceBuffer<float> scales[2];
+  std::vector<CutlassGroup> groups;
+  float* scale_buffer(int which, std::int64_t n) {
+    DeviceBuffer<float>& b = scales[which];
+    if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<float>(static_cast<std::size_t>(n));
+    return b.get();
+  }
+};
+
+namespace {
+
+QuantOperand operand(const DeviceQuantized& q) {
+  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
+}
+
+int as_int(std::int64_t v, const char* what, const char* pass) {
+  if (v > std::numeric_limits<int>::max()) fail("cutlass ", pass, ": ", what, " = ", v, " exceeds CUTLASS's int problem dims");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+CutlassGrouped::CutlassGrouped() : s_(std::make_unique<State>()) {}
+CutlassGrouped::~CutlassGrouped() = default;
+
+void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs,
+                         std::span<const std::int32_t> offs, const GemmOptions& opt, void* out, cudaStream_t stream) {
+  const char* pn = pass_name(pass);
+  const std::string why = cutlass_unsupported(opt.quant, opt.out);
+  if (!why.empty()) fail("cutlass ", pn, ": ", why);
+  if (lhs.format != Fp8Format::e4m3 || rhs.format != Fp8Format::e4m3) {
+    fail("cutlass ", pn, ": operands are ", format_name(lhs.format), "/", format_name(rhs.format), ", not e4m3");
+  }
+  if (pass == Pass::wgrad && rhs.recipe != Recipe::kgrouped_lhs) {
+    require_recipe(rhs.recipe, Recipe::kgrouped_lhs, "cutlass wgrad: A^T (CUTLASS's TN: A as (K, M))");
+  }
+  const GroupedPlan plan = plan_grouped(pass, operand(lhs), operand(rhs), offs, opt);
+  const QuantLayout &ll = lhs.layout, &rl = rhs.layout;
+  const std::int64_t kc = ll.cols, width = rl.rows;  // fwd/dgrad: contraction, output width; wgrad: tokens, K
+  if (pass == Pass::wgrad) check_kgroup_offsets(offs, kc, 128);
+  const std::int64_t E = static_cast<std::int64_t>(offs.size());
+  // Each expert's scale pointers in CUTLASS's MN-major layouts.
+  std::vector<const float*> sfa(static_cast<std::size_t>(E)), sfb(static_cast<std::size_t>(E));
+  if (pass != Pass::wgrad) {
+    // A: 1x128 (M, kb) -> per expert (kb, M_e) at voff[e]; B: 128x128 (E, wb, kb) -> (E, kb, wb).
+    const std::int64_t kb = kc / 128, wb = width / 128;
+    const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
+    float* a_s = s_->scale_buffer(0, voff.back());
+    float* b_s = s_->scale_buffer(1, E * wb * kb);
+    relayout_vec_scales(lhs.scales.get(), offs, kb, voff, a_s, stream);
+    transpose_scales(rhs.scales.get(), wb, kb, b_s, stream, E);
+    for (std::int64_t e = 0; e < E; ++e) {
+      sfa[static_cast<std::size_t>(e)] = a_s + voff[static_cast<std::size_t>(e)];
+      sfb[static_cast<std::size_t>(e)] = b_s + e * wb * kb;
+    }
+  } else {
+    // (rows, M/128) -> (M/128, rows): expert e's (M_e/128, rows) block starts at row s/128.
+    const std::int64_t mb = kc / 128, N = ll.rows, K = width;
+    float* a_s = s_->scale_buffer(0, mb * N);
+    float* b_s = s_->scale_buffer(1, mb * K);
+    transpose_scales(lhs.scales.get(), N, mb, a_s, stream);
+    transpose_scales(rhs.scales.get(), K, mb, b_s, stream);
+    std::int64_t s = 0;
+    for (std::int64_t e = 0; e < E; ++e) {
+      sfa[static_cast<std::size_t>(e)] = a_s + s / 128 * N;
+      sfb[static_cast<std::size_t>(e)] = b_s + s / 128 * K;
+      s = offs[static_cast<std::size_t>(e)];
+    }
+  }
+  const std::size_t es = opt.out == OutDtype::bf16 ? 2 : 4;
+  auto* o = static_cast<std::uint8_t*>(out);
+  std::vector<CutlassGroup>& groups = s_->groups;
+  groups.clear();
+  for (const ExpertGemm& g : plan.gemms) {
+    if (g.L.ks != 1 || g.R.ks != 1) {
+      fail("cutlass ", pn, ": expert ", g.expert, "'s operands are not contiguous along the contraction (CUTLASS's TN)");
+    }
+    std::uint8_t* d = o + static_cast<std::size_t>(g.out_offset) * es;
+    const std::int64_t m = g.L.rows, n = g.R.rows;
+    if (g.kc > 0 && m > 0 && n > 0) {
+      groups.push_back(CutlassGroup{as_int(m, "m", pn), as_int(n, "n", pn), as_int(g.kc, "k", pn), g.L.codes, g.L.rs,
+                                    g.R.codes, g.R.rs, d, g.ldc, sfa[g.expert], sfb[g.expert]});
+    } else if (pass == Pass::wgrad && m * n > 0) {
+      // An empty expert's dW is zero, as on the CPU (a zero-length contraction).
+      FP8MOE_CUDA_CHECK(cudaMemsetAsync(d, 0, static_cast<std::size_t>(m * n) * es, stream), "cutlass wgrad dW of empty expert ",
+                        g.expert, " (", m, ",", n, ")");
+    }
+  }
+  const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
+  const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
+  if (kind == ScaleKind::act_weight) {
+    cutlass_act_weight(opt.out, groups, s_->scratch, stream, what);
+  } else {
+    cutlass_act_act(opt.out, groups, s_->scratch, stream, what);
+  }
+  last_config_ = cat(cutlass_config_name(kind), ", ", groups.size(), " groups");
+}
+
+void CutlassGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,
+                         const GemmOptions& opt, void* out, cudaStream_t stream) {
+  run(Pass::fwd, A_q, W_q, offs, opt, out, stream);
+}
+
+void CutlassGrouped::dgrad(const DeviceQuantized& dOut_q, const DeviceQuantized& W_q,
+                           std::span<const std::int32_t> offs, const GemmOptions& opt, void* out, cudaStream_t stream) {
+  run(Pass::dgrad, dOut_q, W_q, offs, opt, out, stream);
+}
+
+void CutlassGrouped::wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q,
+                           std::span<const std::int32_t> offs, const GemmOptions& opt, void* out, cudaStream_t stream) {
+  run(Pass::wgrad, dOutT_q, AT_q, offs, opt, out, stream);
+}
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,187 @@
+// The CUTLASS grouped passes (kernels/cutlass_grouped.hpp, through the cuda-cutlass backend):
+// bitwise against reference/'s hopper-tc:cublas on every output (bf16 and fp32, every pass, ragged
+// and empty experts, unpadded ragged fwd/dgrad), at torchao's op-level floors against hp64, and
+// which promotion family each pass follows (hopper-tc:deepgemm is printed alongside: fwd/dgrad
+// must equal it too, wgrad tells the two act x act promotions apart). Large shapes are held against
+// cuda-simt's hopper-tc kernel (bitwise the CPU model: test_kernels_simt_gemm). Label gpu: exits 77
+// without a device. Built only where CUTLASS was found.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference/metrics.hpp"
+#include "sim/backend/backend.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace fp8moe;
+
+struct Case {
+  const char* name;
+  std::int64_t N, K;
+  std::vector<std::int32_t> offs;
+  bool pad;
+};
+
+TensorD run_pass(sim::Backend& be, Pass p, const Case& c, std::uint64_t seed, const GemmOptions& opt) {
+  const std::int64_t M = c.offs.back(), E = static_cast<std::int64_t>(c.offs.size());
+  const Dist dist = static_cast<Dist>(seed % 4);
+  switch (p) {
+    case Pass::fwd:
+      return be.fwd(test::random_tensor({M, c.K}, seed, kTensorA, dist), test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist),
+                    c.offs, opt);
+    case Pass::dgrad:
+      return be.dgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
+                      test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist), c.offs, opt);
+    case Pass::wgrad:
+      return be.wgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
+                      test::random_tensor({M, c.K}, seed, kTensorA, dist), c.offs, opt);
+  }
+  return {};
+}
+
+GemmOptions tc_options(bool pad, OutDtype out, Promotion pr = Promotion::cublas) {
+  GemmOptions opt;
+  opt.mode = Mode::hopper_tc;
+  opt.promotion = pr;
+  opt.out = out;
+  opt.pad = pad;
+  return opt;
+}
+
+// Runs one pass on CUTLASS and on the model backend under hopper-tc:cublas and hopper-tc:deepgemm;
+// prints one line; requires the cublas model bitwise (and deepgemm too for fwd/dgrad, where the
+// two promotions are the same formula).
+void check_bitwise(sim::Backend& cut, sim::Backend& model, Pass p, const Case& c, std::uint64_t seed, OutDtype out) {
+  const TensorD got = run_pass(cut, p, c, seed, tc_options(c.pad, out));
+  const TensorD want = run_pass(model, p, c, seed, tc_options(c.pad, out));
+  const TensorD dg = run_pass(model, p, c, seed, tc_options(c.pad, out, Promotion::deepgemm));
+  REQUIRE(want.shape == got.shape);
+  const Metrics m = compare(want.data, got.data), md = compare(dg.data, got.data);
+  std::printf("cutlass vs hopper-tc (%s) | %-30s | %-5s | %-4s | M=%-6d N=%-5lld K=%-5lld | bitwise cublas %.6f deepgemm %.6f "
+              "| %.2f dB | %s\n",
+              model.name().c_str(), c.name, pass_name(p), out_dtype_name(out), c.offs.back(), static_cast<long long>(c.N),
+              static_cast<long long>(c.K), m.bitwise_equal_frac, md.bitwise_equal_frac, m.sqnr_db, cut.last_algorithms().c_str());
+  CHECK(m.nonfinite == 0);
+  CHECK(m.bitwise_equal_frac == 1.0);  // NaN fails
+  if (p != Pass::wgrad) CHECK(md.bitwise_equal_frac == 1.0);
+}
+
+Case random_case(std::mt19937_64& rng) {
+  Case c{"random", 128 * static_cast<std::int64_t>(1 + rng() % 6), 128 * static_cast<std::int64_t>(1 + rng() % 6), {}, false};
+  const int E = 1 + static_cast<int>(rng() % 5);
+  std::int32_t end = 0;
+  for (int e = 0; e < E; ++e) {
+    end += rng() % 4 == 0 ? 0 : 128 * static_cast<std::int32_t>(1 + rng() % 4);
+    c.offs.push_back(end);
+  }
+  if (end == 0) c.offs.back() = 128;
+  return c;
+}
+
+std::vector<std::int32_t> balanced_offs(int E, std::int32_t rows) {
+  std::vector<std::int32_t> offs;
+  for (int e = 1; e <= E; ++e) offs.push_back(e * rows);
+  return offs;
+}
+
+TEST_CASE("CUTLASS grouped passes equal reference hopper-tc:cublas bitwise, every output") {
+  const std::uint64_t base = test::seed_for(621);
+  CAPTURE(base);
+  auto cut = sim::make_backend("cuda-cutlass");
+  auto cpu = sim::make_backend("reference");
+  std::mt19937_64 rng(base);
+  std::vector<Case> cases{{"torchao E=2 [256,512]", 256, 256, {256, 512}, false},
+                          {"torchao E=3 [129,384,500] padded", 256, 256, {129, 384, 500}, true}};
+  for (int i = 0; i < 5; ++i) cases.push_back(random_case(rng));
+  // Ragged, unpadded fwd/dgrad with an empty expert and single rows (TMA bounds them; no padding).
+  cases.push_back({"ragged E=5 [1,100,100,357,1000]", 384, 512, {1, 100, 100, 357, 1000}, false});
+  cases.push_back({"K=384 N=640", 640, 384, {128, 256}, false});
+  std::uint64_t n = 0;
+  for (const Case& c : cases) {
+    for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
+      const bool ragged = std::string(c.name).rfind("ragged", 0) == 0;
+      if (ragged && p == Pass::wgrad) continue;
+      for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+        const std::uint64_t seed = base + n++;
+        CAPTURE(c.name);
+        CAPTURE(std::string(pass_name(p)));
+        CAPTURE(std::string(out_dtype_name(out)));
+        CAPTURE(shape_str(std::vector<std::int64_t>(c.offs.begin(), c.offs.end())));
+        CAPTURE(seed);
+        check_bitwise(*cut, *cpu, p, c, seed, out);
+      }
+    }
+  }
+}
+
+TEST_CASE("production and bench shapes: CUTLASS equals the hopper-tc:cublas model on the GPU bitwise") {
+  const std::uint64_t base = test::seed_for(622);
+  CAPTURE(base);
+  auto cut = sim::make_backend("cuda-cutlass");
+  auto simt = sim::make_backend("cuda-simt");
+  struct Big {
+    Case c;
+    Pass pass;
+    OutDtype out;
+  };
+  const std::vector<Big> shapes{
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::fwd, OutDtype::bf16},
+      {{"bench (8,4096,7168,2048)", 7168, 2048, balanced_offs(8, 4096), false}, Pass::dgrad, OutDtype::bf16},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::wgrad, OutDtype::fp32},
+      {{"deepseek-v3-like E=8 ragged", 2048, 7168, {3000, 3000, 5200, 9000, 9100, 12000, 15000, 16384}, false}, Pass::fwd,
+       OutDtype::bf16},
+  };
+  std::uint64_t n = 0;
+  for (const Big& b : shapes) {
+    const std::uint64_t seed = base + n++;
+    CAPTURE(b.c.name);
+    CAPTURE(std::string(pass_name(b.pass)));
+    CAPTURE(seed);
+    check_bitwise(*cut, *simt, b.pass, b.c, seed, b.out);
+  }
+}
+
+TEST_CASE("CUTLASS at torchao's op-level floors against the bf16 reference") {
+  const std::uint64_t seed = test::seed_for(623);
+  CAPTURE(seed);
+  auto cut = sim::make_backend("cuda-cutlass");
+  auto cpu = sim::make_backend("reference");
+  const Case c{"torchao E=2 [256,512]", 256, 256, {256, 512}, false};
+  GemmOptions bf;
+  bf.mode = Mode::bf16;
+  for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
+    const Metrics m = compare(run_pass(*cpu, p, c, seed, bf).data, run_pass(*cut, p, c, seed, tc_options(false, OutDtype::bf16)).data);
+    std::printf("cutlass %s vs bf16: %.2f dB\n", pass_name(p), m.sqnr_db);
+    CHECK(m.nonfinite == 0);
+    CHECK(m.sqnr_db >= (p == Pass::fwd ? 27.0 : 26.0));  // reference/SPEC.md 9.1's torchao op floors
+  }
+}
+
+TEST_CASE("cuda-cutlass refuses what it cannot compute, with the reason") {
+  GemmOptions opt = tc_options(false, OutDtype::bf16);
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).empty());
+  opt.quant.format = Fp8Format::e5m2;
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).find("e5m2") != std::string::npos);
+  opt = tc_options(false, OutDtype::fp64);
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).find("fp64") != std::string::npos);
+  opt = tc_options(false, OutDtype::bf16);
+  opt.mode = Mode::promote_fp32;
+  CHECK(sim::backend_unsupported("cuda-cutlass", opt).find("use mode hopper-tc:cublas") != std::string::npos);
+  opt = tc_options(false, OutDtype::bf16);
+  opt.quant.block = 64;
+  CHECK_FALSE(sim::backend_unsupported("cuda-cutlass", opt).empty());
+  auto cut = sim::make_backend("cuda-cutlass");
+  const TensorF A({128, 256}, 1.0f), W({1, 128, 256}, 1.0f);
+  const std::vector<std::int32_t> offs{128};
+  opt.mode = Mode::promote_fp32;
+  opt.quant.block = 128;
+  CHECK_THROWS_WITH_AS(cut->fwd(A, W, offs, opt), doctest::Contains("hopper-tc:cublas"), Error);
+}
+
+}  // namespace
