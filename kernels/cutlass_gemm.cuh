@@ -1,6 +1,7 @@
 #pragma once
 // The CUTLASS grouped blockwise-FP8 GEMM behind kernels/cutlass_gemm.hpp, one template for every
-// configuration; cutlass_gemm_act_weight.cu and cutlass_gemm_act_act.cu instantiate it.
+// configuration; cutlass_gemm_act_weight*.cu and cutlass_gemm_act_act*.cu instantiate it (one
+// translation unit per schedule, so that the build compiles them in parallel).
 //
 // Arithmetic (what reference/'s hopper-tc model must reproduce): per 128-K block the tensor cores
 // chain four k32 wgmma steps from zero into a partial P (ScaleOut::Zero, then One), and the
@@ -33,9 +34,9 @@ namespace fp8moe::kernels::cutlass_impl {
 
 using namespace cute;
 
-// One configuration: the scale granularity of B along N (128: a weight tile; 1: per row) and the
-// output element.
-template <int kScaleN, class ElementD>
+// One configuration: the scale granularity of B along N (128: a weight tile; 1: per row), the
+// output element and the schedule (cooperative 128x128x128 or ping-pong 64x128x128 tiles).
+template <int kScaleN, class ElementD, bool kPingpong = false>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
@@ -46,13 +47,15 @@ struct Config {
   static constexpr int kAlignAB = 16;  // elements (16 bytes of FP8)
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using Accum = float;
-  using TileShape = Shape<_128, _128, _128>;
+  using TileShape = cute::conditional_t<kPingpong, Shape<_64, _128, _128>, Shape<_128, _128, _128>>;
   using ClusterShape = Shape<_1, _2, _1>;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using KernelSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
+                                             cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,

@@ -26,6 +26,12 @@ namespace fp8moe::kernels {
 
 enum class ScaleKind { act_weight, act_act };
 
+// The kernel schedule: cooperative (two consumer warpgroups share a 128x128 tile; every output
+// type) or ping-pong (each warpgroup its own 64x128 tile, one's epilogue under the other's
+// mainloop; instantiated for bf16 output). Both are the same arithmetic per output element.
+enum class CutlassSchedule { cooperative, pingpong };
+const char* cutlass_schedule_name(CutlassSchedule s);
+
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;
   const std::uint8_t* a = nullptr;
@@ -46,12 +52,12 @@ struct CutlassScratch {
   int sm_count = 0;                      // the device's SMs, asked once
 };
 
-// What CUTLASS ran (for messages and the bench): tile, cluster, schedule.
-std::string cutlass_config_name(ScaleKind kind);
+// What CUTLASS ran (for messages and the bench): tile, cluster, schedule, scales.
+std::string cutlass_config_name(ScaleKind kind, CutlassSchedule schedule);
 
 // Launches the grouped GEMM on `stream`; an Error names `what` and CUTLASS's refusal or status.
 // out: bf16 or fp32 (fp64 is refused by the caller).
-void cutlass_grouped_gemm(ScaleKind kind, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
-                          cudaStream_t stream, const std::string& what);
+void cutlass_grouped_gemm(ScaleKind kind, CutlassSchedule schedule, OutDtype out, std::span<const CutlassGroup> groups,
+                          CutlassScratch& s, cudaStream_t stream, const std::string& what);
 
 }  // namespace fp8moe::kernels

@@ -11,11 +11,27 @@
 
 namespace fp8moe::kernels {
 
-// The two launches (cutlass_gemm_act_weight.cu, cutlass_gemm_act_act.cu).
+// The launches (cutlass_gemm_act_weight*.cu, cutlass_gemm_act_act*.cu).
 void cutlass_act_weight(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
                         const std::string& what);
 void cutlass_act_act(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
                      const std::string& what);
+void cutlass_act_weight_pingpong(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
+                                 cudaStream_t stream, const std::string& what);
+void cutlass_act_act_pingpong(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
+                              const std::string& what);
+
+const char* cutlass_schedule_name(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? "ping-pong" : "cooperative"; }
+
+void cutlass_grouped_gemm(ScaleKind kind, CutlassSchedule schedule, OutDtype out, std::span<const CutlassGroup> groups,
+                          CutlassScratch& s, cudaStream_t stream, const std::string& what) {
+  const bool pp = schedule == CutlassSchedule::pingpong;
+  if (kind == ScaleKind::act_weight) {
+    (pp ? cutlass_act_weight_pingpong : cutlass_act_weight)(out, groups, s, stream, what);
+  } else {
+    (pp ? cutlass_act_act_pingpong : cutlass_act_act)(out, groups, s, stream, what);
+  }
+}
 
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
   if (q.format != Fp8Format::e4m3) return "the cuda-cutlass passes are built for e4m3 operands, not e5m2";
@@ -24,8 +40,9 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
   return {};
 }
 
-std::string cutlass_config_name(ScaleKind kind) {
-  return cat("tile 128x128x128, cluster 1x2x1, cooperative, scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+std::string cutlass_config_name(ScaleKind kind, CutlassSchedule schedule) {
+  return cat("tile ", schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster 1x2x1, ",
+             cutlass_schedule_name(schedule), ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
 }
 
 struct CutlassGrouped::State {
@@ -120,12 +137,8 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
   }
   const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
   const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
-  if (kind == ScaleKind::act_weight) {
-    cutlass_act_weight(opt.out, groups, s_->scratch, stream, what);
-  } else {
-    cutlass_act_act(opt.out, groups, s_->scratch, stream, what);
-  }
-  last_config_ = cat(cutlass_config_name(kind), ", ", groups.size(), " groups");
+  cutlass_grouped_gemm(kind, schedule_, opt.out, groups, s_->scratch, stream, what);
+  last_config_ = cat(cutlass_config_name(kind, schedule_), ", ", groups.size(), " groups");
 }
 
 void CutlassGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 
+#include "kernels/cutlass_gemm.hpp"
 #include "kernels/quantize.hpp"
 #include "reference/gemm.hpp"
 
@@ -44,8 +45,10 @@ class CutlassGrouped {
   void wgrad(const DeviceQuantized& dOutT_q, const DeviceQuantized& AT_q, std::span<const std::int32_t> offs,
              const GemmOptions& opt, void* out, cudaStream_t stream = nullptr);
 
-  // The last launch: "tile 128x128x128, cluster 1x2x1, cooperative, G groups".
+  // The last launch: "tile 128x128x128, cluster 1x2x1, cooperative, scales ..., G groups".
   const std::string& last_config() const { return last_config_; }
+  // The kernel schedule of later launches (cooperative by default; ping-pong: bf16 output only).
+  void set_schedule(CutlassSchedule s) { schedule_ = s; }
 
  private:
   void run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs, std::span<const std::int32_t> offs,
@@ -53,6 +56,7 @@ class CutlassGrouped {
   struct State;
   std::unique_ptr<State> s_;
   std::string last_config_;
+  CutlassSchedule schedule_ = CutlassSchedule::cooperative;
 };
 
 }  // namespace fp8moe::kernels

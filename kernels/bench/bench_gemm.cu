@@ -170,7 +170,7 @@ LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out
 #ifdef FP8MOE_HAVE_CUTLASS
 // One CUTLASS pass on the same codes: checked bitwise against hopper-tc:cublas without splits,
 // then timed; its baseline the cuBLASLt loop's median from `lt`.
-void cutlass_pass(Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
+void cutlass_pass(const char* name, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
                   const std::function<void(std::uint16_t*)>& call, const ModelFn& model, const LtResult& lt,
                   h5::Group* rows) {
   const auto n = static_cast<std::size_t>(n_out);
@@ -197,7 +197,7 @@ void cutlass_pass(Pass p, const Shape& s, std::int64_t n_out, const GemmOptions&
   const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
   c.wrong += drift;
   if (drift) c.how += "; timed output differs from the checked one";
-  row(rows, "cutlass", p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run");
+  row(rows, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run");
 }
 #endif
 
@@ -209,14 +209,21 @@ DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape
 }
 
 void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
-#ifdef FP8MOE_HAVE_CUTLASS
-  CutlassGrouped cut;
-#endif
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
   opt.promotion = Promotion::cublas;
   const QuantOptions& q = opt.quant;
+#ifdef FP8MOE_HAVE_CUTLASS
+  // Both schedules on the same codes: "cutlass" (cooperative, the backend's) and "cutlass pp".
+  CutlassGrouped cut, cut_pp;
+  cut_pp.set_schedule(CutlassSchedule::pingpong);
+  const auto cutlass_rows = [&](Pass p, std::int64_t n_out, const ModelFn& model, const LtResult& r,
+                                const std::function<void(CutlassGrouped&, std::uint16_t*)>& call) {
+    cutlass_pass("cutlass", p, s, n_out, opt, [&](std::uint16_t* out) { call(cut, out); }, model, r, rows);
+    cutlass_pass("cutlass pp", p, s, n_out, opt, [&](std::uint16_t* out) { call(cut_pp, out); }, model, r, rows);
+  };
+#endif
   {  // fwd: A (M,K) 1x128, W (E,N,K) 128x128 -> (M,N) bf16
     require_device_memory(estimate(M * s.K + s.E * s.N * s.K, M * s.N, 2 + 4 + 2), shape_name("cublaslt fwd", s));
     const DeviceQuantized a_q = quantized_input(Recipe::act_lhs, {M, s.K}, kTensorA, {}, q);
@@ -226,7 +233,7 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
                                [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
                                model, rows);
 #ifdef FP8MOE_HAVE_CUTLASS
-    cutlass_pass(Pass::fwd, s, M * s.N, opt, [&](std::uint16_t* out) { cut.fwd(a_q, w_q, offs, opt, out); }, model, r, rows);
+    cutlass_rows(Pass::fwd, M * s.N, model, r, [&](CutlassGrouped& c, std::uint16_t* out) { c.fwd(a_q, w_q, offs, opt, out); });
 #endif
   }
   {  // dgrad: dOut (M,N) 1x128, W (E,N,K) as 128x128T (E,K,N) -> (M,K) bf16
@@ -238,8 +245,7 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
                                [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
                                model, rows);
 #ifdef FP8MOE_HAVE_CUTLASS
-    cutlass_pass(Pass::dgrad, s, M * s.K, opt, [&](std::uint16_t* out) { cut.dgrad(g_q, w_q, offs, opt, out); }, model, r,
-                 rows);
+    cutlass_rows(Pass::dgrad, M * s.K, model, r, [&](CutlassGrouped& c, std::uint16_t* out) { c.dgrad(g_q, w_q, offs, opt, out); });
 #endif
   }
   {  // wgrad: dOut^T (N,M) and A^T (K,M), 1x128 along tokens -> dW (E,N,K) bf16. cuBLASLt takes A^T as
@@ -253,8 +259,8 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
                                [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, at_q, offs, opt, out, nullptr, sc); },
                                model, rows);
 #ifdef FP8MOE_HAVE_CUTLASS
-    cutlass_pass(Pass::wgrad, s, s.E * s.N * s.K, opt, [&](std::uint16_t* out) { cut.wgrad(g_q, at_q, offs, opt, out); },
-                 model, r, rows);
+    cutlass_rows(Pass::wgrad, s.E * s.N * s.K, model, r,
+                 [&](CutlassGrouped& c, std::uint16_t* out) { c.wgrad(g_q, at_q, offs, opt, out); });
 #endif
   }
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("after cublaslt", s));

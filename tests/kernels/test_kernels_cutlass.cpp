@@ -9,10 +9,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cutlass_grouped.hpp"
+#include "kernels/quantize.hpp"
 #include "reference/metrics.hpp"
 #include "sim/backend/backend.hpp"
 #include "support/test_support.hpp"
@@ -161,6 +164,53 @@ TEST_CASE("CUTLASS at torchao's op-level floors against the bf16 reference") {
     CHECK(m.nonfinite == 0);
     CHECK(m.sqnr_db >= (p == Pass::fwd ? 27.0 : 26.0));  // reference/SPEC.md 9.1's torchao op floors
   }
+}
+
+TEST_CASE("the ping-pong schedule (64x128 tiles) gives the cooperative schedule's outputs bitwise") {
+  // The bench times both; the arithmetic per output element must not depend on the tile.
+  const std::uint64_t seed = test::seed_for(624);
+  CAPTURE(seed);
+  const std::vector<std::int32_t> offs{128, 128, 640, 1024};  // an empty expert
+  const std::int64_t M = offs.back(), N = 384, K = 512, E = static_cast<std::int64_t>(offs.size());
+  const auto up = [](const TensorF& t) { return kernels::DeviceBuffer<float>(t.data); };
+  const kernels::DeviceBuffer<float> a = up(test::random_tensor({M, K}, seed, kTensorA, Dist::normal));
+  const kernels::DeviceBuffer<float> w = up(test::random_tensor({E, N, K}, seed, kTensorW, Dist::normal));
+  const kernels::DeviceBuffer<float> g = up(test::random_tensor({M, N}, seed, kTensorGradOut, Dist::normal));
+  GemmOptions opt = tc_options(false, OutDtype::bf16);
+  const QuantOptions& q = opt.quant;
+  using kernels::quantize;
+  const auto a_q = quantize<float>(Recipe::act_lhs, a.get(), {M, K}, {}, q);
+  const auto w_q = quantize<float>(Recipe::weight_fwd, w.get(), {E, N, K}, {}, q);
+  const auto g_q = quantize<float>(Recipe::act_lhs, g.get(), {M, N}, {}, q);
+  const auto wt_q = quantize<float>(Recipe::weight_dgrad, w.get(), {E, N, K}, {}, q);
+  const auto gt_q = quantize<float>(Recipe::kgrouped_lhs, g.get(), {M, N}, offs, q);
+  const auto at_q = quantize<float>(Recipe::kgrouped_lhs, a.get(), {M, K}, offs, q);
+  kernels::CutlassGrouped coop, pp;
+  pp.set_schedule(kernels::CutlassSchedule::pingpong);
+  const auto both = [&](const char* pass, std::int64_t n, const std::function<void(kernels::CutlassGrouped&, void*)>& call) {
+    CAPTURE(pass);
+    kernels::DeviceBuffer<std::uint16_t> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
+    x.fill_sentinel();
+    y.fill_sentinel();
+    call(coop, x.get());
+    call(pp, y.get());
+    const std::vector<std::uint16_t> hx = x.download(), hy = y.download();
+    std::int64_t differ = 0, nonfinite = 0;
+    for (std::size_t i = 0; i < hx.size(); ++i) {
+      differ += hx[i] != hy[i];
+      nonfinite += !std::isfinite(bf16_to_f32(hx[i]));
+    }
+    std::printf("cutlass ping-pong vs cooperative | %-5s | %lld outputs differ of %lld | %s\n", pass,
+                static_cast<long long>(differ), static_cast<long long>(n), pp.last_config().c_str());
+    CHECK(differ == 0);
+    CHECK(nonfinite == 0);
+  };
+  both("fwd", M * N, [&](kernels::CutlassGrouped& c, void* o) { c.fwd(a_q, w_q, offs, opt, o); });
+  both("dgrad", M * K, [&](kernels::CutlassGrouped& c, void* o) { c.dgrad(g_q, wt_q, offs, opt, o); });
+  both("wgrad", E * N * K, [&](kernels::CutlassGrouped& c, void* o) { c.wgrad(gt_q, at_q, offs, opt, o); });
+  opt.out = OutDtype::fp32;
+  kernels::DeviceBuffer<float> f(static_cast<std::size_t>(M * N));
+  CHECK_THROWS_WITH_AS(pp.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("bf16 output only"), Error);
 }
 
 TEST_CASE("cuda-cutlass refuses what it cannot compute, with the reason") {
