@@ -181,45 +181,48 @@ void check_memory(const std::vector<Case>& cases, MeshKind kind) {
 
 }  // namespace
 
-int list_cases(const std::vector<std::string>& files, const ListOptions& opt) {
-  if (!opt.status.empty() && opt.status != "run" && opt.status != "rejected") {
-    fail("--status ", opt.status, ": use run or rejected");
-  }
-  const TableFormat tf = parse_table_format(opt.format);
-  const auto loaded = load_files(files);
-  const scenarios::Expansion ex = scenarios::expand(loaded, {opt.only, opt.backend, available_memory()});
-  std::vector<std::vector<std::string>> cells{
-      {"id", "scenario", "level", "mesh", "placements", "plan", "pass", "mode", "backend", "status", "reason", "case_key"}};
-  // Rejections counted by the kind of reason: the reason with its quoted names and sizes blanked
-  // ("plan '.' needs a mesh dim named '.'; mesh '.' has none"), in order of first appearance.
-  auto kind_of = [](const std::string& why) {
-    std::string k;
-    bool quoted = false;
-    for (std::size_t i = 0; i < why.size(); ++i) {
-      const char ch = why[i];
-      if (ch == '\'') {
-        k += quoted ? "'" : "'.";
-        quoted = !quoted;
-      } else if (!quoted) {
-        if (std::isdigit(static_cast<unsigned char>(ch)) && why.compare(i > 6 ? i - 6 : 0, 6, "(size ") == 0) {
-          while (i + 1 < why.size() && std::isdigit(static_cast<unsigned char>(why[i + 1]))) ++i;
-          k += '.';
-        } else {
-          k += ch;
-        }
+namespace {
+
+// The kind of a rejection: the reason with its quoted names and sizes blanked ("plan '.' needs a
+// mesh dim named '.'; mesh '.' has none"), so that `list` can count rejections by kind.
+std::string reason_kind(const std::string& why) {
+  std::string k;
+  bool quoted = false;
+  for (std::size_t i = 0; i < why.size(); ++i) {
+    const char ch = why[i];
+    if (ch == '\'') {
+      k += quoted ? "'" : "'.";
+      quoted = !quoted;
+    } else if (!quoted) {
+      if (std::isdigit(static_cast<unsigned char>(ch)) && why.compare(i > 6 ? i - 6 : 0, 6, "(size ") == 0) {
+        while (i + 1 < why.size() && std::isdigit(static_cast<unsigned char>(why[i + 1]))) ++i;
+        k += '.';
+      } else {
+        k += ch;
       }
     }
-    return k;
-  };
+  }
+  return k;
+}
+
+// What `list` shows: the table's cells (a header row first), the rejections counted by kind in
+// order of first appearance (over every case, filtered or not), and how many rows passed the filters.
+struct Listing {
+  std::vector<std::vector<std::string>> cells{
+      {"id", "scenario", "level", "mesh", "placements", "plan", "pass", "mode", "backend", "status", "reason", "case_key"}};
   std::vector<std::pair<std::string, int>> reasons;
   std::size_t shown = 0;
+};
+
+Listing listing(const scenarios::Expansion& ex, const ListOptions& opt) {
+  Listing l;
   for (const Case& c : ex.cases) {
     const bool rejected = !c.rejected.empty();
     if (rejected) {
-      const std::string kind = kind_of(c.rejected);
-      auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& p) { return p.first == kind; });
-      if (it == reasons.end()) {
-        reasons.emplace_back(kind, 1);
+      const std::string kind = reason_kind(c.rejected);
+      auto it = std::find_if(l.reasons.begin(), l.reasons.end(), [&](const auto& p) { return p.first == kind; });
+      if (it == l.reasons.end()) {
+        l.reasons.emplace_back(kind, 1);
       } else {
         ++it->second;
       }
@@ -227,38 +230,54 @@ int list_cases(const std::vector<std::string>& files, const ListOptions& opt) {
     if (!opt.status.empty() && opt.status != (rejected ? "rejected" : "run")) continue;
     if (!opt.reason.empty() && (!rejected || c.rejected.find(opt.reason) == std::string::npos)) continue;
     const CaseRow r = case_row_template(c);
-    cells.push_back({std::to_string(c.id), c.scenario, c.level, c.mesh, c.placements(),
-                     c.level == "op" ? c.op_verdict : c.plan, r.pass, r.mode, c.backend, rejected ? "rejected" : "run",
-                     c.rejected, c.key()});
-    ++shown;
+    l.cells.push_back({std::to_string(c.id), c.scenario, c.level, c.mesh, c.placements(),
+                       c.level == "op" ? c.op_verdict : c.plan, r.pass, r.mode, c.backend, rejected ? "rejected" : "run",
+                       c.rejected, c.key()});
+    ++l.shown;
   }
-  std::vector<bool> numeric(cells.front().size(), false);
-  numeric[0] = true;
-  if (tf == TableFormat::json) {
-    Json by_reason = Json::array();
-    for (const auto& [why, n] : reasons) by_reason.push_back({{"reason_kind", why}, {"cases", n}});
-    print_json({{"cases", ex.cases.size()}, {"run", ex.runnable}, {"rejected", ex.rejected}, {"shown", shown},
-                {"rows", cells_json(cells, numeric)}, {"rejections_by_reason", by_reason}});
-    return 0;
-  }
-  if (tf == TableFormat::csv) {
-    fmt::print("{}", format_cells(cells, tf, numeric));
-    return 0;
-  }
-  // The readable table: the key only on runnable rows, the reason only on rejected ones.
+  return l;
+}
+
+// The readable table: the key only on runnable rows, the reason only on rejected ones; then the
+// counts and the rejections by kind.
+void print_listing(const scenarios::Expansion& ex, Listing l, TableFormat tf, const std::vector<bool>& numeric) {
   std::vector<std::vector<std::string>> view;
-  for (const auto& row : cells) {
+  for (const auto& row : l.cells) {
     std::vector<std::string> v(row.begin(), row.end() - 2);
-    v.push_back(&row == &cells.front() ? "why / key" : (row[9] == "rejected" ? row[10] : row[11]));
+    v.push_back(&row == &l.cells.front() ? "why / key" : (row[9] == "rejected" ? row[10] : row[11]));
     view.push_back(std::move(v));
   }
   fmt::print("{}", format_cells(view, tf, numeric));
   fmt::print("# {} cases: {} to run, {} rejected{}\n", ex.cases.size(), ex.runnable, ex.rejected,
-             shown + 0 == ex.cases.size() ? std::string() : fmt::format("; {} shown", shown));
-  if (!reasons.empty()) {
-    std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+             l.shown + 0 == ex.cases.size() ? std::string() : fmt::format("; {} shown", l.shown));
+  if (!l.reasons.empty()) {
+    std::stable_sort(l.reasons.begin(), l.reasons.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     fmt::print("# rejected, by kind of reason ('.': a name or size; --reason TEXT lists those rows):\n");
-    for (const auto& [why, n] : reasons) fmt::print("# {:>6}  {}\n", n, why);
+    for (const auto& [why, n] : l.reasons) fmt::print("# {:>6}  {}\n", n, why);
+  }
+}
+
+}  // namespace
+
+int list_cases(const std::vector<std::string>& files, const ListOptions& opt) {
+  if (!opt.status.empty() && opt.status != "run" && opt.status != "rejected") {
+    fail("--status ", opt.status, ": use run or rejected");
+  }
+  const TableFormat tf = parse_table_format(opt.format);
+  const auto loaded = load_files(files);
+  const scenarios::Expansion ex = scenarios::expand(loaded, {opt.only, opt.backend, available_memory()});
+  Listing l = listing(ex, opt);
+  std::vector<bool> numeric(l.cells.front().size(), false);
+  numeric[0] = true;
+  if (tf == TableFormat::json) {
+    Json by_reason = Json::array();
+    for (const auto& [why, n] : l.reasons) by_reason.push_back({{"reason_kind", why}, {"cases", n}});
+    print_json({{"cases", ex.cases.size()}, {"run", ex.runnable}, {"rejected", ex.rejected}, {"shown", l.shown},
+                {"rows", cells_json(l.cells, numeric)}, {"rejections_by_reason", by_reason}});
+  } else if (tf == TableFormat::csv) {
+    fmt::print("{}", format_cells(l.cells, tf, numeric));
+  } else {
+    print_listing(ex, std::move(l), tf, numeric);
   }
   return 0;
 }

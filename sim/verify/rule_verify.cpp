@@ -144,17 +144,18 @@ std::string letter_dims(const ShapeExpr& s, const TensorF& t) {
   return out + ")";
 }
 
-LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const TensorF*>& in) {
-  const RuleArg& la = arg(op, "lhs");
-  const RuleArg& ra = arg(op, "rhs");
-  const ShapeExpr& L = la.shape.at(p);
-  const ShapeExpr& R = ra.shape.at(p);
-  const ShapeExpr& O = op.outputs[0].shape.at(p);
-  const TensorF& a = *in[arg_at(op, "lhs")];
-  const TensorF& b = *in[arg_at(op, "rhs")];
-  const TensorF& offs_t = *in[arg_at(op, "offsets")];
+// One grouped_mm call on one rank: its arguments as the table names them, and the sizes of the
+// shape letters as this rank's tensors give them.
+struct GroupedCall {
+  const RuleArg &la, &ra, &oa;
+  const ShapeExpr &L, &R, &O;
+  const TensorF &a, &b, &offs_t;
   std::map<char, std::int64_t> size;
-  std::string conflict;
+  std::vector<std::int64_t> offs;
+};
+
+// The letters' sizes from lhs and rhs, or why the op refuses them (rank, or two sizes of a letter).
+std::optional<LocalFailure> bind_sizes(GroupedCall& g) {
   const auto take = [&](const ShapeExpr& s, const TensorF& t, const RuleArg& who) -> std::optional<LocalFailure> {
     if (t.rank() != static_cast<int>(s.size())) {
       return LocalFailure{RuleVerdict::wrong_shape, cat(who.name, " is ", shape_text(t.shape), " but the op takes ",
@@ -162,74 +163,89 @@ LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const T
     }
     for (std::size_t i = 0; i < s.size(); ++i) {
       const std::int64_t n = t.dim(static_cast<int>(i));
-      const auto it = size.find(s[i].letter);
-      if (it != size.end() && it->second != n) {
+      const auto it = g.size.find(s[i].letter);
+      if (it != g.size.end() && it->second != n) {
         return LocalFailure{RuleVerdict::wrong_shape,
-                            cat("the op refuses its arguments: ", la.name, " ", letter_dims(L, a), " and ", ra.name, " ",
-                                letter_dims(R, b), " disagree on ", s[i].letter,
-                                shape_letters(O).find(s[i].letter) == std::string::npos
+                            cat("the op refuses its arguments: ", g.la.name, " ", letter_dims(g.L, g.a), " and ", g.ra.name,
+                                " ", letter_dims(g.R, g.b), " disagree on ", s[i].letter,
+                                shape_letters(g.O).find(s[i].letter) == std::string::npos
                                     ? " (torch: contraction dimension of mat_a and mat_b must match)"
                                     : "")};
       }
-      size[s[i].letter] = n;
+      g.size[s[i].letter] = n;
     }
     return std::nullopt;
   };
-  if (auto f = take(L, a, la)) return *f;
-  if (auto f = take(R, b, ra)) return *f;
-  const RuleArg& oa = arg(op, "offsets");
-  if (offs_t.rank() != 1) return LocalFailure{RuleVerdict::wrong_shape, cat(oa.name, " is ", shape_text(offs_t.shape), ", not 1-D")};
-  std::vector<std::int64_t> offs;
-  for (float v : offs_t.data) offs.push_back(static_cast<std::int64_t>(v));
-  if (size.count('E') && size['E'] != static_cast<std::int64_t>(offs.size())) {
-    return LocalFailure{RuleVerdict::wrong_shape, cat(oa.name, " has ", offs.size(), " entries but ", ra.name, " holds ",
-                                                      size['E'], " experts")};
+  if (auto f = take(g.L, g.a, g.la)) return f;
+  return take(g.R, g.b, g.ra);
+}
+
+// The offsets as this rank sees them: 1-D, one per expert, non-decreasing, and within this rank's
+// token rows (else the grouped GEMM reads out of bounds: unsafe).
+std::optional<LocalFailure> read_offsets(GroupedCall& g) {
+  if (g.offs_t.rank() != 1) {
+    return LocalFailure{RuleVerdict::wrong_shape, cat(g.oa.name, " is ", shape_text(g.offs_t.shape), ", not 1-D")};
   }
-  size['E'] = static_cast<std::int64_t>(offs.size());
-  for (std::size_t e = 0; e < offs.size(); ++e) {
-    if (offs[e] < 0 || (e && offs[e] < offs[e - 1])) {
-      return LocalFailure{RuleVerdict::wrong_values, cat(oa.name, " is not non-decreasing from 0 on this rank")};
+  for (float v : g.offs_t.data) g.offs.push_back(static_cast<std::int64_t>(v));
+  const std::int64_t E = static_cast<std::int64_t>(g.offs.size());
+  if (g.size.count('E') && g.size['E'] != E) {
+    return LocalFailure{RuleVerdict::wrong_shape, cat(g.oa.name, " has ", E, " entries but ", g.ra.name, " holds ",
+                                                      g.size['E'], " experts")};
+  }
+  g.size['E'] = E;
+  for (std::size_t e = 0; e < g.offs.size(); ++e) {
+    if (g.offs[e] < 0 || (e && g.offs[e] < g.offs[e - 1])) {
+      return LocalFailure{RuleVerdict::wrong_values, cat(g.oa.name, " is not non-decreasing from 0 on this rank")};
     }
   }
-  const std::int64_t M = size['M'];
-  if (!offs.empty() && offs.back() > M) {
+  const std::int64_t M = g.size['M'];
+  if (!g.offs.empty() && g.offs.back() > M) {
     return LocalFailure{RuleVerdict::unsafe,
-                        cat(oa.name, " ends at ", offs.back(), " but this rank holds ", M, " token rows: the grouped GEMM reads rows ",
-                            M, "..", offs.back() - 1, " out of bounds")};
+                        cat(g.oa.name, " ends at ", g.offs.back(), " but this rank holds ", M,
+                            " token rows: the grouped GEMM reads rows ", M, "..", g.offs.back() - 1, " out of bounds")};
   }
-  // The scales must be those of this rank's codes.
+  return std::nullopt;
+}
+
+// The scales must be those of this rank's codes.
+std::optional<LocalFailure> check_scales(const RuleOp& op, Pass p, const std::vector<const TensorF*>& in, GroupedCall& g) {
   for (const char* role : {"lhs_scale", "rhs_scale"}) {
     const RuleArg& sa = arg(op, role);
     const TensorF& s = *in[arg_at(op, role)];
     const ShapeExpr& S = sa.shape.at(p);
     std::vector<std::int64_t> want;
-    for (const DimExpr& d : S) want.push_back(blocked_size(d, size[d.letter], offs));
+    for (const DimExpr& d : S) want.push_back(blocked_size(d, g.size[d.letter], g.offs));
     if (s.shape != want) {
-      const RuleArg& data = std::string(role) == "lhs_scale" ? la : ra;
+      const bool lhs = std::string(role) == "lhs_scale";
       return LocalFailure{RuleVerdict::wrong_shape,
-                          cat("the op refuses its arguments: ", sa.name, " is ", shape_text(s.shape), " but ", data.name, " ",
-                              shape_text((std::string(role) == "lhs_scale" ? a : b).shape), " needs ", shape_text(want),
+                          cat("the op refuses its arguments: ", sa.name, " is ", shape_text(s.shape), " but ",
+                              (lhs ? g.la : g.ra).name, " ", shape_text((lhs ? g.a : g.b).shape), " needs ", shape_text(want),
                               " ", shape_expr_str(S))};
     }
   }
-  const Operand lo(a, *in[arg_at(op, "lhs_scale")], arg(op, "lhs_scale").shape.at(p), offs);
-  const Operand ro(b, *in[arg_at(op, "rhs_scale")], arg(op, "rhs_scale").shape.at(p), offs);
+  return std::nullopt;
+}
+
+// The dequantized grouped product, rounded to bf16, in the output's declared dim order:
+//   an output with M: out(m, f) = sum_c lhs(m, c) rhs(e(m), f, c) over the group e(m) of row m;
+//   else (wgrad):     out(e, x, y) = sum over the tokens m of group e of lhs(x, m) rhs(m, y).
+TensorF grouped_product(const Operand& lo, const Operand& ro, GroupedCall& g) {
+  const ShapeExpr &L = g.L, &R = g.R, &O = g.O;
   std::vector<std::int64_t> oshape;
-  for (const DimExpr& d : O) oshape.push_back(size[d.letter]);
+  for (const DimExpr& d : O) oshape.push_back(g.size[d.letter]);
   TensorF out(oshape, 0.0f);
   std::vector<std::int64_t> ostride(O.size(), 1);
   for (int d = static_cast<int>(O.size()) - 2; d >= 0; --d) {
     ostride[static_cast<std::size_t>(d)] = ostride[static_cast<std::size_t>(d) + 1] * oshape[static_cast<std::size_t>(d) + 1];
   }
-  const auto opos = [&](char c) { return static_cast<std::size_t>(shape_letters(O).find(c)); };
-  const auto groups = groups_of(offs);
+  const auto stride_of = [&](char c) { return ostride[shape_letters(O).find(c)]; };
+  const auto groups = groups_of(g.offs);
+  const std::int64_t M = g.size['M'];
   if (shape_letters(O).find('M') != std::string::npos) {
-    // out(m, f) = sum_c lhs(m, c) rhs(e(m), f, c) over the group e(m) of row m.
     const char c = L[0].letter == 'M' ? L[1].letter : L[0].letter;
     const char f = R[1].letter == c ? R[2].letter : R[1].letter;
-    const std::vector<double> lm = lo.matrix('M', c);
-    const std::vector<double> rm = ro.matrix(f, c);
-    const std::int64_t C = size[c], F = size[f];
+    const std::vector<double> lm = lo.matrix('M', c), rm = ro.matrix(f, c);
+    const std::int64_t C = g.size[c], F = g.size[f];
     for (std::size_t e = 0; e < groups.size(); ++e) {
       for (std::int64_t m = groups[e].first; m < groups[e].second; ++m) {
         for (std::int64_t j = 0; j < F; ++j) {
@@ -237,31 +253,41 @@ LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const T
           const double* y = &rm[static_cast<std::size_t>((static_cast<std::int64_t>(e) * F + j) * C)];
           double acc = 0;
           for (std::int64_t k = 0; k < C; ++k) acc += x[k] * y[k];
-          out.data[static_cast<std::size_t>(m * ostride[opos('M')] + j * ostride[opos(f)])] = round_bf16(acc);
+          out.data[static_cast<std::size_t>(m * stride_of('M') + j * stride_of(f))] = round_bf16(acc);
         }
       }
     }
-  } else {
-    // out(e, x, y) = sum over the tokens m of group e of lhs(x, m) rhs(m, y).
-    const char x = L[0].letter == 'M' ? L[1].letter : L[0].letter;
-    const char y = R[0].letter == 'M' ? R[1].letter : R[0].letter;
-    const std::vector<double> lm = lo.matrix(x, 'M');
-    const std::vector<double> rm = ro.matrix(y, 'M');
-    const std::int64_t X = size[x], Y = size[y];
-    for (std::size_t e = 0; e < groups.size(); ++e) {
-      for (std::int64_t i = 0; i < X; ++i) {
-        for (std::int64_t j = 0; j < Y; ++j) {
-          double acc = 0;
-          for (std::int64_t m = groups[e].first; m < groups[e].second; ++m) {
-            acc += lm[static_cast<std::size_t>(i * M + m)] * rm[static_cast<std::size_t>(j * M + m)];
-          }
-          out.data[static_cast<std::size_t>(static_cast<std::int64_t>(e) * ostride[opos('E')] + i * ostride[opos(x)] +
-                                            j * ostride[opos(y)])] = round_bf16(acc);
+    return out;
+  }
+  const char x = L[0].letter == 'M' ? L[1].letter : L[0].letter;
+  const char y = R[0].letter == 'M' ? R[1].letter : R[0].letter;
+  const std::vector<double> lm = lo.matrix(x, 'M'), rm = ro.matrix(y, 'M');
+  const std::int64_t X = g.size[x], Y = g.size[y];
+  for (std::size_t e = 0; e < groups.size(); ++e) {
+    for (std::int64_t i = 0; i < X; ++i) {
+      for (std::int64_t j = 0; j < Y; ++j) {
+        double acc = 0;
+        for (std::int64_t m = groups[e].first; m < groups[e].second; ++m) {
+          acc += lm[static_cast<std::size_t>(i * M + m)] * rm[static_cast<std::size_t>(j * M + m)];
         }
+        out.data[static_cast<std::size_t>(static_cast<std::int64_t>(e) * stride_of('E') + i * stride_of(x) + j * stride_of(y))] =
+            round_bf16(acc);
       }
     }
   }
-  return std::vector<TensorF>{std::move(out)};
+  return out;
+}
+
+LocalResult grouped_mm_local(const RuleOp& op, Pass p, const std::vector<const TensorF*>& in) {
+  const RuleArg &la = arg(op, "lhs"), &ra = arg(op, "rhs");
+  GroupedCall g{la, ra, arg(op, "offsets"), la.shape.at(p), ra.shape.at(p), op.outputs[0].shape.at(p),
+                *in[arg_at(op, "lhs")], *in[arg_at(op, "rhs")], *in[arg_at(op, "offsets")], {}, {}};
+  if (auto f = bind_sizes(g)) return *f;
+  if (auto f = read_offsets(g)) return *f;
+  if (auto f = check_scales(op, p, in, g)) return *f;
+  const Operand lo(g.a, *in[arg_at(op, "lhs_scale")], arg(op, "lhs_scale").shape.at(p), g.offs);
+  const Operand ro(g.b, *in[arg_at(op, "rhs_scale")], arg(op, "rhs_scale").shape.at(p), g.offs);
+  return std::vector<TensorF>{grouped_product(lo, ro, g)};
 }
 
 // A blockwise quantizer (the scale formula of reference/scale.hpp, e4m3, amax scales): codes as
@@ -531,6 +557,68 @@ bool within_partial_bound(double got, double ref, double abs_sum) {
   return std::abs(got - ref) <= std::ldexp(1.0, -8) * (abs_sum + std::abs(ref));
 }
 
+// The verdict of one output: each rank's piece must have the shape the claimed placements give
+// it; assembled as claimed, it must equal the single device bitwise (correct), or, for a Partial
+// claim, within the rounding bound of a sum of bf16 partials (correct-partial); else wrong-values.
+Outcome judge_output(const RuleOutput& out, const Placements& claim, const std::vector<std::vector<TensorF>>& outs,
+                     std::size_t o, const TensorF& ref, const Mesh& mesh, FakeCommunicator& comm, const ReduceOptions& reduce) {
+  const std::vector<std::int64_t> gshape = ref.shape;
+  for (const Placement& pl : claim) {
+    if (pl.is_shard() && pl.dim >= static_cast<int>(gshape.size())) {
+      return {RuleVerdict::wrong_shape,
+              cat("the strategy says ", out.name, " is ", pl.dtensor(), " but ", out.name, " ", shape_text(gshape), " is ",
+                  gshape.size(), "-D"),
+              kNaN};
+    }
+  }
+  const bool partial = std::any_of(claim.begin(), claim.end(), [](const Placement& pl) { return pl.is_partial(); });
+  DTensor t{gshape, claim, {}};
+  DTensor abs_t{gshape, claim, {}};  // |partials|, for the rounding bound of a Partial claim only
+  for (int r = 0; r < mesh.world(); ++r) {
+    const TensorF& got = outs[static_cast<std::size_t>(r)][o];
+    std::vector<std::int64_t> want;
+    for (const Range& x : local_box(gshape, claim, mesh, r)) want.push_back(x.size());
+    if (got.shape != want) {
+      return {RuleVerdict::wrong_shape,
+              cat("rank ", r, "'s ", out.name, " is ", shape_text(got.shape), " but ", dtensor_str(claim), " of ", out.name,
+                  " ", shape_text(gshape), " gives it ", shape_text(want)),
+              kNaN};
+    }
+    t.local.push_back(got);
+    if (!partial) continue;
+    TensorF a = got;
+    for (float& v : a.data) v = std::abs(v);
+    abs_t.local.push_back(std::move(a));
+  }
+  const TensorF full = full_tensor(t, comm, reduce);
+  std::size_t differ = 0, first = 0, outside = 0;
+  const TensorF abs_sum = partial ? full_tensor(abs_t, comm, reduce) : TensorF{};
+  for (std::size_t i = 0; i < ref.data.size(); ++i) {
+    if (f32_bits(full.data[i]) == f32_bits(ref.data[i])) continue;
+    if (differ++ == 0) first = i;
+    if (!partial || !within_partial_bound(full.data[i], ref.data[i], abs_sum.data[i])) ++outside;
+  }
+  Outcome oc;
+  oc.sqnr_db = sqnr(ref, full);
+  if (differ == 0) {
+    oc.verdict = RuleVerdict::correct;
+  } else if (outside == 0) {
+    oc.verdict = RuleVerdict::correct_partial;
+    oc.detail = cat(out.name, ": the Partial sum of the ranks' bf16 outputs differs from one device in ", differ, " of ",
+                    ref.data.size(), " elements, each within the rounding bound; SQNR ", fmt::format("{:.1f}", oc.sqnr_db), " dB");
+  } else {
+    oc.verdict = RuleVerdict::wrong_values;
+    oc.detail = cat(out.name, " assembled as ", dtensor_str(claim), " differs from one device in ", differ, " of ",
+                    ref.data.size(), " elements", partial ? cat(" (", outside, " beyond the Partial-sum rounding bound)") : "",
+                    "; first at ", index_text(gshape, first), ": ", fmt::format("{:g}", full.data[first]), " vs ",
+                    fmt::format("{:g}", ref.data[first]), "; SQNR ", fmt::format("{:.1f}", oc.sqnr_db), " dB");
+  }
+  return oc;
+}
+
+// Runs a strategy: each input redistributed from its placement to the strategy's, each rank's
+// local op on its local tensors, each output judged; the op's verdict is its worst output's, the
+// SQNR its lowest.
 Outcome run_strategy(const RuleOp& op, Pass p, const Mesh& mesh, const MeshStrategy& st,
                      const std::vector<std::optional<Placements>>& in, const std::vector<std::optional<TensorF>>& global,
                      const std::vector<TensorF>& single) {
@@ -551,61 +639,8 @@ Outcome run_strategy(const RuleOp& op, Pass p, const Mesh& mesh, const MeshStrat
   }
   Outcome worst;
   for (std::size_t o = 0; o < op.outputs.size(); ++o) {
-    const RuleOutput& out = op.outputs[o];
-    const std::vector<std::int64_t> gshape = single[o].shape;
-    const Placements& claim = st.outs[o];
-    for (const Placement& pl : claim) {
-      if (pl.is_shard() && pl.dim >= static_cast<int>(gshape.size())) {
-        return {RuleVerdict::wrong_shape,
-                cat("the strategy says ", out.name, " is ", pl.dtensor(), " but ", out.name, " ", shape_text(gshape), " is ",
-                    gshape.size(), "-D"),
-                kNaN};
-      }
-    }
-    const bool partial = std::any_of(claim.begin(), claim.end(), [](const Placement& pl) { return pl.is_partial(); });
-    DTensor t{gshape, claim, {}};
-    DTensor abs_t{gshape, claim, {}};  // |partials|, for the rounding bound of a Partial claim only
-    for (int r = 0; r < mesh.world(); ++r) {
-      const TensorF& got = outs[static_cast<std::size_t>(r)][o];
-      std::vector<std::int64_t> want;
-      for (const Range& x : local_box(gshape, claim, mesh, r)) want.push_back(x.size());
-      if (got.shape != want) {
-        return {RuleVerdict::wrong_shape,
-                cat("rank ", r, "'s ", out.name, " is ", shape_text(got.shape), " but ", dtensor_str(claim), " of ",
-                    out.name, " ", shape_text(gshape), " gives it ", shape_text(want)),
-                kNaN};
-      }
-      t.local.push_back(got);
-      if (!partial) continue;
-      TensorF a = got;
-      for (float& v : a.data) v = std::abs(v);
-      abs_t.local.push_back(std::move(a));
-    }
-    const TensorF full = full_tensor(t, comm, reduce);
-    const TensorF& ref = single[o];
-    std::size_t differ = 0, first = 0, outside = 0;
-    const TensorF abs_sum = partial ? full_tensor(abs_t, comm, reduce) : TensorF{};
-    for (std::size_t i = 0; i < ref.data.size(); ++i) {
-      if (f32_bits(full.data[i]) == f32_bits(ref.data[i])) continue;
-      if (differ++ == 0) first = i;
-      if (!partial || !within_partial_bound(full.data[i], ref.data[i], abs_sum.data[i])) ++outside;
-    }
-    Outcome oc;
-    oc.sqnr_db = sqnr(ref, full);
-    if (differ == 0) {
-      oc.verdict = RuleVerdict::correct;
-    } else if (outside == 0) {
-      oc.verdict = RuleVerdict::correct_partial;
-      oc.detail = cat(out.name, ": the Partial sum of the ranks' bf16 outputs differs from one device in ", differ, " of ",
-                      ref.data.size(), " elements, each within the rounding bound; SQNR ", fmt::format("{:.1f}", oc.sqnr_db), " dB");
-    } else {
-      oc.verdict = RuleVerdict::wrong_values;
-      oc.detail = cat(out.name, " assembled as ", dtensor_str(claim), " differs from one device in ", differ, " of ",
-                      ref.data.size(), " elements", partial ? cat(" (", outside, " beyond the Partial-sum rounding bound)") : "",
-                      "; first at ", index_text(gshape, first), ": ", fmt::format("{:g}", full.data[first]), " vs ",
-                      fmt::format("{:g}", ref.data[first]), "; SQNR ", fmt::format("{:.1f}", oc.sqnr_db), " dB");
-    }
-    // The op's verdict is its worst output's; the SQNR its lowest.
+    const Outcome oc = judge_output(op.outputs[o], st.outs[o], outs, o, single[o], mesh, comm, reduce);
+    if (oc.verdict == RuleVerdict::wrong_shape) return oc;  // a piece of the wrong shape: nothing more is judged
     const double low = o == 0 ? oc.sqnr_db : std::min(worst.sqnr_db, oc.sqnr_db);
     if (o == 0 || static_cast<int>(oc.verdict) > static_cast<int>(worst.verdict)) worst = oc;
     worst.sqnr_db = low;
