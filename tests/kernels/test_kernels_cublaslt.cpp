@@ -18,6 +18,7 @@
 #include "reference/metrics.hpp"
 #include "sim/backend/backend.hpp"
 #include "support/test_support.hpp"
+#include "tests/kernels/grouped_cases.hpp"
 
 namespace {
 
@@ -25,28 +26,11 @@ using namespace fp8moe;
 
 std::string fmt_int(std::int64_t v) { return std::to_string(v); }
 
-struct Case {
-  const char* name;
-  std::int64_t N, K;
-  std::vector<std::int32_t> offs;
-  bool pad;
-};
+using Case = test::GroupedCase;
+using test::balanced_offs;
 
 TensorD run_pass(sim::Backend& be, Pass p, const Case& c, std::uint64_t seed, const GemmOptions& opt) {
-  const std::int64_t M = c.offs.back(), E = static_cast<std::int64_t>(c.offs.size());
-  const Dist dist = static_cast<Dist>(seed % 4);
-  switch (p) {
-    case Pass::fwd:
-      return be.fwd(test::random_tensor({M, c.K}, seed, kTensorA, dist), test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist),
-                    c.offs, opt);
-    case Pass::dgrad:
-      return be.dgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
-                      test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist), c.offs, opt);
-    case Pass::wgrad:
-      return be.wgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
-                      test::random_tensor({M, c.K}, seed, kTensorA, dist), c.offs, opt);
-  }
-  return {};
+  return test::run_grouped_pass(be, p, c, seed, opt);
 }
 
 GemmOptions lt_options(bool pad, OutDtype out) {
@@ -59,17 +43,7 @@ GemmOptions lt_options(bool pad, OutDtype out) {
 }
 
 // E random in 1..5, N and K multiples of 128, expert sizes multiples of 128 with empty ones.
-Case random_case(std::mt19937_64& rng) {
-  Case c{"random", 128 * static_cast<std::int64_t>(1 + rng() % 6), 128 * static_cast<std::int64_t>(1 + rng() % 6), {}, false};
-  const int E = 1 + static_cast<int>(rng() % 5);
-  std::int32_t end = 0;
-  for (int e = 0; e < E; ++e) {
-    end += rng() % 4 == 0 ? 0 : 128 * static_cast<std::int32_t>(1 + rng() % 4);
-    c.offs.push_back(end);
-  }
-  if (end == 0) c.offs.back() = 128;
-  return c;
-}
+Case random_case(std::mt19937_64& rng) { return test::random_grouped_case(rng); }
 
 const std::vector<Case> kTorchao{{"torchao E=2 [256,512]", 256, 256, {256, 512}, false},
                                  {"torchao E=3 [129,384,500] padded", 256, 256, {129, 384, 500}, true}};
@@ -231,11 +205,6 @@ std::vector<std::int32_t> zipf_offs(int E, std::int64_t tokens) {
   return offs;
 }
 
-std::vector<std::int32_t> balanced_offs(int E, std::int32_t rows) {
-  std::vector<std::int32_t> offs;
-  for (int e = 1; e <= E; ++e) offs.push_back(e * rows);
-  return offs;
-}
 
 TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc:cublas model on the GPU bitwise") {
   // The model here is cuda-simt's hopper-tc kernel (bitwise the CPU model: test_kernels_simt_gemm)
@@ -244,11 +213,7 @@ TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc:cublas mod
   CAPTURE(base);
   auto lt = sim::make_backend("cuda-cublaslt");
   auto simt = sim::make_backend("cuda-simt");
-  struct Big {
-    Case c;
-    Pass pass;
-    OutDtype out;
-  };
+  using Big = test::GroupedShape;
   const std::vector<Big> shapes{
       // fp8moe bench's shapes (E, rows per expert, N, K)
       {{"bench (8,4096,4096,7168)", 4096, 7168, balanced_offs(8, 4096), false}, Pass::fwd, OutDtype::bf16},

@@ -19,33 +19,17 @@
 #include "reference/metrics.hpp"
 #include "sim/backend/backend.hpp"
 #include "support/test_support.hpp"
+#include "tests/kernels/grouped_cases.hpp"
 
 namespace {
 
 using namespace fp8moe;
 
-struct Case {
-  const char* name;
-  std::int64_t N, K;
-  std::vector<std::int32_t> offs;
-  bool pad;
-};
+using Case = test::GroupedCase;
+using test::balanced_offs;
 
 TensorD run_pass(sim::Backend& be, Pass p, const Case& c, std::uint64_t seed, const GemmOptions& opt) {
-  const std::int64_t M = c.offs.back(), E = static_cast<std::int64_t>(c.offs.size());
-  const Dist dist = static_cast<Dist>(seed % 4);
-  switch (p) {
-    case Pass::fwd:
-      return be.fwd(test::random_tensor({M, c.K}, seed, kTensorA, dist), test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist),
-                    c.offs, opt);
-    case Pass::dgrad:
-      return be.dgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
-                      test::random_tensor({E, c.N, c.K}, seed, kTensorW, dist), c.offs, opt);
-    case Pass::wgrad:
-      return be.wgrad(test::random_tensor({M, c.N}, seed, kTensorGradOut, dist),
-                      test::random_tensor({M, c.K}, seed, kTensorA, dist), c.offs, opt);
-  }
-  return {};
+  return test::run_grouped_pass(be, p, c, seed, opt);
 }
 
 GemmOptions tc_options(bool pad, OutDtype out, Promotion pr = Promotion::cublas) {
@@ -75,23 +59,8 @@ void check_bitwise(sim::Backend& cut, sim::Backend& model, Pass p, const Case& c
   if (p != Pass::wgrad) CHECK(md.bitwise_equal_frac == 1.0);
 }
 
-Case random_case(std::mt19937_64& rng) {
-  Case c{"random", 128 * static_cast<std::int64_t>(1 + rng() % 6), 128 * static_cast<std::int64_t>(1 + rng() % 6), {}, false};
-  const int E = 1 + static_cast<int>(rng() % 5);
-  std::int32_t end = 0;
-  for (int e = 0; e < E; ++e) {
-    end += rng() % 4 == 0 ? 0 : 128 * static_cast<std::int32_t>(1 + rng() % 4);
-    c.offs.push_back(end);
-  }
-  if (end == 0) c.offs.back() = 128;
-  return c;
-}
+Case random_case(std::mt19937_64& rng) { return test::random_grouped_case(rng); }
 
-std::vector<std::int32_t> balanced_offs(int E, std::int32_t rows) {
-  std::vector<std::int32_t> offs;
-  for (int e = 1; e <= E; ++e) offs.push_back(e * rows);
-  return offs;
-}
 
 TEST_CASE("CUTLASS grouped passes equal reference hopper-tc:cublas bitwise, every output") {
   const std::uint64_t base = test::seed_for(621);
@@ -128,11 +97,7 @@ TEST_CASE("production and bench shapes: CUTLASS equals the hopper-tc:cublas mode
   CAPTURE(base);
   auto cut = sim::make_backend("cuda-cutlass");
   auto simt = sim::make_backend("cuda-simt");
-  struct Big {
-    Case c;
-    Pass pass;
-    OutDtype out;
-  };
+  using Big = test::GroupedShape;
   const std::vector<Big> shapes{
       {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::fwd, OutDtype::bf16},
       {{"bench (8,4096,7168,2048)", 7168, 2048, balanced_offs(8, 4096), false}, Pass::dgrad, OutDtype::bf16},
