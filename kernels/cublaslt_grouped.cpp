@@ -97,12 +97,6 @@ CublasLtGrouped::~CublasLtGrouped() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-float* CublasLtGrouped::scratch(int which, std::size_t n) {
-  DeviceBuffer<float>& b = scales_[which];
-  if (b.size() < n) b = DeviceBuffer<float>(n);  // grows only past the largest size so far
-  return b.get();
-}
-
 const float* CublasLtGrouped::unit_scale() {
   if (one_.size() == 0) one_ = DeviceBuffer<float>(std::vector<float>{1.0f});
   return one_.get();
@@ -188,10 +182,6 @@ void CublasLtGrouped::matmul(Plan& p, const void* a, const float* a_scale, const
 
 namespace {
 
-QuantOperand operand(const DeviceQuantized& q) {
-  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
-}
-
 // cuBLASLt's FP8 GEMMs are TN: both operands contiguous along the contraction (k stride 1).
 void check_tn(const char* pass, const char* what, const BlockOperand& v) {
   if (v.ks != 1) {
@@ -239,8 +229,8 @@ void CublasLtGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQua
     // blocks); 1x128 activation scales (M, kc/128) -> VEC128 per expert (voff[e] its start).
     const std::int64_t kb = kc / 128, wb = width / 128, pitch = blk_scale_pitch(kb);
     const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
-    float* a_s = scratch(0, static_cast<std::size_t>(E * wb * pitch));
-    float* b_s = scratch(1, static_cast<std::size_t>(voff.back()));
+    float* a_s = scratch_.get(0, static_cast<std::size_t>(E * wb * pitch));
+    float* b_s = scratch_.get(1, static_cast<std::size_t>(voff.back()));
     relayout_blk_scales(rhs.scales.get(), E * wb, kb, a_s, stream);
     relayout_vec_scales(lhs.scales.get(), offs, kb, voff, b_s, stream);
     scale_a = [=](const ExpertGemm& g) { return a_s + static_cast<std::int64_t>(g.expert) * wb * pitch; };
@@ -248,18 +238,11 @@ void CublasLtGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQua
     amode = kBlk;
     bmode = kVec;
   } else if (blk) {
-    // 1x128-along-tokens scales (D, M/128) -> (M/128, D): expert e's (M_e/128, D) block starts at
-    // row s/128, so the transpose is cuBLASLt's VEC128 layout for every expert at once.
-    const std::int64_t mb = kc / 128, N = ll.rows, K = width;
-    float* a_s = scratch(0, static_cast<std::size_t>(mb * K));
-    float* b_s = scratch(1, static_cast<std::size_t>(mb * N));
-    transpose_scales(rhs.scales.get(), K, mb, a_s, stream);
-    transpose_scales(lhs.scales.get(), N, mb, b_s, stream);
-    const auto first_block = [offs](const ExpertGemm& g) {  // the expert's first token block
-      return (g.expert == 0 ? 0 : std::int64_t{offs[g.expert - 1]}) / 128;
-    };
-    scale_a = [=](const ExpertGemm& g) { return a_s + first_block(g) * K; };
-    scale_b = [=](const ExpertGemm& g) { return b_s + first_block(g) * N; };
+    // 1x128-along-tokens scales, transposed: cuBLASLt's VEC128 layout for every expert at once.
+    const TokenBlockScales t =
+        relay_token_block_scales(lhs.scales.get(), ll.rows, rhs.scales.get(), width, offs, kc / 128, scratch_, stream);
+    scale_a = [t](const ExpertGemm& g) { return t.a_of(g.expert); };
+    scale_b = [t](const ExpertGemm& g) { return t.dout_of(g.expert); };
     amode = bmode = kVec;
   } else {
     scale_a = scale_b = [this](const ExpertGemm&) { return unit_scale(); };

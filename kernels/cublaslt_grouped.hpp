@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kernels/quantize.hpp"
+#include "kernels/scale_layout.hpp"
 #include "reference/gemm.hpp"
 
 namespace fp8moe::kernels {
@@ -103,12 +104,11 @@ class CublasLtGrouped {
   Plan& plan(const Key& key, const char* pass, const float* a_scale, const float* b_scale);
   void matmul(Plan& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
               cudaStream_t stream, const char* pass, std::int64_t expert);
-  float* scratch(int which, std::size_t n);  // scale buffer `which` (0: A, 1: B) of at least n floats
   const float* unit_scale();                  // a device 1.0f (the per-tensor scales)
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<std::uint8_t> workspace_;
-  DeviceBuffer<float> scales_[2];
+  ScaleScratch scratch_;  // the relaid scales (0: cuBLAS A's, 1: B's)
   DeviceBuffer<float> one_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::vector<LtCall> calls_;

@@ -26,8 +26,10 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cutlass_gemm.hpp"
+#include "kernels/cutlass_overlap.cuh"
 #include "reference/error.hpp"
 
 namespace fp8moe::kernels::cutlass_impl {
@@ -35,8 +37,9 @@ namespace fp8moe::kernels::cutlass_impl {
 using namespace cute;
 
 // One configuration: the scale granularity of B along N (128: a weight tile; 1: per row), the
-// output element and the schedule (cooperative 128x128x128 or ping-pong 64x128x128 tiles).
-template <int kScaleN, class ElementD, bool kPingpong = false>
+// output element, the schedule (cooperative 128x128x128 or ping-pong 64x128x128 tiles) and the
+// mainloop (CUTLASS's collective, or fp8moe's with the fold under the next wgmma: cutlass_overlap.cuh).
+template <int kScaleN, class ElementD, bool kPingpong = false, bool kOverlap = false>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
@@ -62,12 +65,13 @@ struct Config {
       cutlass::epilogue::collective::EpilogueTileAuto, Accum, Accum, void, LayoutD*, kAlignD, ElementD, LayoutD*,
       kAlignD, EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, Accum, void, Accum>>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
       ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, Accum, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
+  using CollectiveMainloop = cute::conditional_t<kOverlap, OverlappedFold<CutlassMainloop>, CutlassMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -157,7 +161,8 @@ Packed<C> pack(std::span<const CutlassGroup> groups, std::vector<typename C::Sha
 }
 
 template <class C>
-void run(std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream, const std::string& what) {
+void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassScratch& s, cudaStream_t stream,
+         const std::string& what) {
   if (groups.empty()) return;
   if (s.sm_count == 0) {
     int dev = 0;
@@ -183,6 +188,9 @@ void run(std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t s
   f.beta_ptr_array = nullptr;
   f.dAlpha = {cute::_0{}, cute::_0{}, 0};
   f.dBeta = {cute::_0{}, cute::_0{}, 0};
+  using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  args.scheduler.raster_order = k.raster == CutlassRaster::along_n ? Raster::AlongN : Raster::AlongM;
+  args.scheduler.max_swizzle_size = k.swizzle;
   typename C::Gemm gemm;
   const cutlass::Status can = gemm.can_implement(args);
   if (can != cutlass::Status::kSuccess) {
@@ -196,6 +204,20 @@ void run(std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t s
   if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
   if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
   FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
+}
+
+// One translation unit's launch: scales kScaleN, schedule kPingpong, fold kOverlap; bf16 output,
+// and fp32 where `kFp32` (the cooperative kernels).
+template <int kScaleN, bool kPingpong, bool kOverlap, bool kFp32>
+void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
+            cudaStream_t stream, const std::string& what) {
+  if (out == OutDtype::bf16) {
+    run<Config<kScaleN, cutlass::bfloat16_t, kPingpong, kOverlap>>(groups, k, s, stream, what);
+  } else if constexpr (kFp32) {
+    run<Config<kScaleN, float, kPingpong, kOverlap>>(groups, k, s, stream, what);
+  } else {
+    fail(what, ": the ping-pong CUTLASS kernels are built for bf16 output only; use the cooperative schedule");
+  }
 }
 
 }  // namespace fp8moe::kernels::cutlass_impl

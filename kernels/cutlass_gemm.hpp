@@ -30,7 +30,26 @@ enum class ScaleKind { act_weight, act_act };
 // type) or ping-pong (each warpgroup its own 64x128 tile, one's epilogue under the other's
 // mainloop; instantiated for bf16 output). Both are the same arithmetic per output element.
 enum class CutlassSchedule { cooperative, pingpong };
+// Where the mainloop folds a 128-K block's partial into the accumulator: right after its own
+// wgmma (CUTLASS's collective) or under the next block's wgmma (fp8moe's mainloop,
+// kernels/cutlass_overlap.cuh). The same arithmetic per output element.
+enum class CutlassFold { after_mma, under_next_mma };
+// The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
+// takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
+enum class CutlassRaster { along_m, along_n };
+
+// One CUTLASS kernel configuration; the default is the backend's (kernels/cutlass_grouped.hpp
+// chooses per pass and shape, see cutlass_choose).
+struct CutlassKernel {
+  CutlassSchedule schedule = CutlassSchedule::cooperative;
+  CutlassFold fold = CutlassFold::under_next_mma;
+  CutlassRaster raster = CutlassRaster::along_m;
+  int swizzle = 1;
+  bool operator==(const CutlassKernel&) const = default;
+};
 const char* cutlass_schedule_name(CutlassSchedule s);
+const char* cutlass_fold_name(CutlassFold f);
+const char* cutlass_raster_name(CutlassRaster r);
 
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;
@@ -52,12 +71,14 @@ struct CutlassScratch {
   int sm_count = 0;                      // the device's SMs, asked once
 };
 
-// What CUTLASS ran (for messages and the bench): tile, cluster, schedule, scales.
-std::string cutlass_config_name(ScaleKind kind, CutlassSchedule schedule);
+// What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
+std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 
 // Launches the grouped GEMM on `stream`; an Error names `what` and CUTLASS's refusal or status.
 // out: bf16 or fp32 (fp64 is refused by the caller).
-void cutlass_grouped_gemm(ScaleKind kind, CutlassSchedule schedule, OutDtype out, std::span<const CutlassGroup> groups,
+// Throws (an Error naming `what`) for a configuration outside the ones built: ping-pong with fp32
+// output, a swizzle other than 1, 2, 4, 8.
+void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what);
 
 }  // namespace fp8moe::kernels

@@ -11,26 +11,41 @@
 
 namespace fp8moe::kernels {
 
-// The launches (cutlass_gemm_act_weight*.cu, cutlass_gemm_act_act*.cu).
-void cutlass_act_weight(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
-                        const std::string& what);
-void cutlass_act_act(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
-                     const std::string& what);
-void cutlass_act_weight_pingpong(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
-                                 cudaStream_t stream, const std::string& what);
-void cutlass_act_act_pingpong(OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, cudaStream_t stream,
-                              const std::string& what);
+// The launches, one translation unit each (cutlass_gemm_<scales>_<schedule>_<fold>.cu).
+#define FP8MOE_CUTLASS_LAUNCH(name)                                                                               \
+  void name(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, \
+            cudaStream_t stream, const std::string& what);
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_cutlass)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_overlap)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_pingpong_cutlass)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_pingpong_overlap)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_cutlass)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_overlap)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_cutlass)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_overlap)
+#undef FP8MOE_CUTLASS_LAUNCH
 
 const char* cutlass_schedule_name(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? "ping-pong" : "cooperative"; }
+const char* cutlass_fold_name(CutlassFold f) {
+  return f == CutlassFold::under_next_mma ? "fold under the next wgmma" : "fold after each wgmma";
+}
+const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
 
-void cutlass_grouped_gemm(ScaleKind kind, CutlassSchedule schedule, OutDtype out, std::span<const CutlassGroup> groups,
+void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what) {
-  const bool pp = schedule == CutlassSchedule::pingpong;
-  if (kind == ScaleKind::act_weight) {
-    (pp ? cutlass_act_weight_pingpong : cutlass_act_weight)(out, groups, s, stream, what);
-  } else {
-    (pp ? cutlass_act_act_pingpong : cutlass_act_act)(out, groups, s, stream, what);
+  if (k.swizzle != 1 && k.swizzle != 2 && k.swizzle != 4 && k.swizzle != 8) {
+    fail(what, ": CUTLASS's tile scheduler swizzles by 1, 2, 4 or 8 tiles, not ", k.swizzle);
   }
+  using Launch = void (*)(const CutlassKernel&, OutDtype, std::span<const CutlassGroup>, CutlassScratch&, cudaStream_t,
+                          const std::string&);
+  // [scales][schedule][fold]
+  static constexpr Launch kLaunch[2][2][2] = {
+      {{cutlass_gemm_act_weight_cooperative_cutlass, cutlass_gemm_act_weight_cooperative_overlap},
+       {cutlass_gemm_act_weight_pingpong_cutlass, cutlass_gemm_act_weight_pingpong_overlap}},
+      {{cutlass_gemm_act_act_cooperative_cutlass, cutlass_gemm_act_act_cooperative_overlap},
+       {cutlass_gemm_act_act_pingpong_cutlass, cutlass_gemm_act_act_pingpong_overlap}}};
+  kLaunch[kind == ScaleKind::act_act][k.schedule == CutlassSchedule::pingpong][k.fold == CutlassFold::under_next_mma](
+      k, out, groups, s, stream, what);
 }
 
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
@@ -40,27 +55,25 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
   return {};
 }
 
-std::string cutlass_config_name(ScaleKind kind, CutlassSchedule schedule) {
-  return cat("tile ", schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster 1x2x1, ",
-             cutlass_schedule_name(schedule), ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
+  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster 1x2x1, ",
+             cutlass_schedule_name(k.schedule), ", ", cutlass_fold_name(k.fold), ", raster ", cutlass_raster_name(k.raster),
+             " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+}
+
+CutlassKernel cutlass_choose(Pass pass, OutDtype out) {
+  (void)pass;
+  (void)out;
+  return CutlassKernel{};
 }
 
 struct CutlassGrouped::State {
   CutlassScratch scratch;
-  DeviceBuffer<float> scales[2];
+  ScaleScratch scales;  // the relaid scales (0: CUTLASS A's, 1: B's)
   std::vector<CutlassGroup> groups;
-  float* scale_buffer(int which, std::int64_t n) {
-    DeviceBuffer<float>& b = scales[which];
-    if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<float>(static_cast<std::size_t>(n));
-    return b.get();
-  }
 };
 
 namespace {
-
-QuantOperand operand(const DeviceQuantized& q) {
-  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
-}
 
 int as_int(std::int64_t v, const char* what, const char* pass) {
   if (v > std::numeric_limits<int>::max()) fail("cutlass ", pass, ": ", what, " = ", v, " exceeds CUTLASS's int problem dims");
@@ -94,8 +107,8 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
     // A: 1x128 (M, kb) -> per expert (kb, M_e) at voff[e]; B: 128x128 (E, wb, kb) -> (E, kb, wb).
     const std::int64_t kb = kc / 128, wb = width / 128;
     const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
-    float* a_s = s_->scale_buffer(0, voff.back());
-    float* b_s = s_->scale_buffer(1, E * wb * kb);
+    float* a_s = s_->scales.get(0, static_cast<std::size_t>(voff.back()));
+    float* b_s = s_->scales.get(1, static_cast<std::size_t>(E * wb * kb));
     relayout_vec_scales(lhs.scales.get(), offs, kb, voff, a_s, stream);
     transpose_scales(rhs.scales.get(), wb, kb, b_s, stream, E);
     for (std::int64_t e = 0; e < E; ++e) {
@@ -103,17 +116,12 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
       sfb[static_cast<std::size_t>(e)] = b_s + e * wb * kb;
     }
   } else {
-    // (rows, M/128) -> (M/128, rows): expert e's (M_e/128, rows) block starts at row s/128.
-    const std::int64_t mb = kc / 128, N = ll.rows, K = width;
-    float* a_s = s_->scale_buffer(0, mb * N);
-    float* b_s = s_->scale_buffer(1, mb * K);
-    transpose_scales(lhs.scales.get(), N, mb, a_s, stream);
-    transpose_scales(rhs.scales.get(), K, mb, b_s, stream);
-    std::int64_t s = 0;
-    for (std::int64_t e = 0; e < E; ++e) {
-      sfa[static_cast<std::size_t>(e)] = a_s + s / 128 * N;
-      sfb[static_cast<std::size_t>(e)] = b_s + s / 128 * K;
-      s = offs[static_cast<std::size_t>(e)];
+    // 1x128-along-tokens scales, transposed: MN-major per expert (CUTLASS A = dOut^T, B = A^T).
+    const TokenBlockScales t =
+        relay_token_block_scales(lhs.scales.get(), ll.rows, rhs.scales.get(), width, offs, kc / 128, s_->scales, stream);
+    for (std::size_t e = 0; e < static_cast<std::size_t>(E); ++e) {
+      sfa[e] = t.dout_of(e);
+      sfb[e] = t.a_of(e);
     }
   }
   const std::size_t es = opt.out == OutDtype::bf16 ? 2 : 4;
@@ -137,8 +145,9 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
   }
   const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
   const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
-  cutlass_grouped_gemm(kind, schedule_, opt.out, groups, s_->scratch, stream, what);
-  last_config_ = cat(cutlass_config_name(kind, schedule_), ", ", groups.size(), " groups");
+  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(pass, opt.out);
+  cutlass_grouped_gemm(kind, k, opt.out, groups, s_->scratch, stream, what);
+  last_config_ = cat(cutlass_config_name(kind, k), ", ", groups.size(), " groups");
 }
 
 void CutlassGrouped::fwd(const DeviceQuantized& A_q, const DeviceQuantized& W_q, std::span<const std::int32_t> offs,

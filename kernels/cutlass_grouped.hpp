@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -30,6 +31,10 @@ namespace fp8moe::kernels {
 
 // Why the CUTLASS passes cannot run these options (empty when they can).
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out);
+
+// The backend's kernel for a pass (the table measured on the H100/H200, SPEC 15.5): every
+// configuration computes the same bits, this picks the fastest measured one.
+CutlassKernel cutlass_choose(Pass pass, OutDtype out);
 
 class CutlassGrouped {
  public:
@@ -47,8 +52,8 @@ class CutlassGrouped {
 
   // The last launch: "tile 128x128x128, cluster 1x2x1, cooperative, scales ..., G groups".
   const std::string& last_config() const { return last_config_; }
-  // The kernel schedule of later launches (cooperative by default; ping-pong: bf16 output only).
-  void set_schedule(CutlassSchedule s) { schedule_ = s; }
+  // The kernel of later launches (by default cutlass_choose's for each pass); std::nullopt: the default again.
+  void set_kernel(std::optional<CutlassKernel> k) { kernel_ = k; }
 
  private:
   void run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs, std::span<const std::int32_t> offs,
@@ -56,7 +61,7 @@ class CutlassGrouped {
   struct State;
   std::unique_ptr<State> s_;
   std::string last_config_;
-  CutlassSchedule schedule_ = CutlassSchedule::cooperative;
+  std::optional<CutlassKernel> kernel_;
 };
 
 }  // namespace fp8moe::kernels

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/check.hpp"
+#include "reference/grouped_plan.hpp"
 #include "reference/quantize.hpp"
 
 namespace fp8moe::kernels {
@@ -54,6 +55,11 @@ struct DeviceQuantized {
   Recipe recipe = Recipe::act_lhs;
   Quantized to_host() const;  // stats left at zero
 };
+
+// A device operand as reference/grouped_plan's plan takes it (codes and scales stay on the device).
+inline QuantOperand operand(const DeviceQuantized& q) {
+  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
+}
 template <class T>
 DeviceQuantized quantize(Recipe r, const T* x, const std::vector<std::int64_t>& in_shape,
                          std::span<const std::int32_t> offs, const QuantOptions& opt, cudaStream_t stream = nullptr);

@@ -117,4 +117,14 @@ void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* d
   FP8MOE_CUDA_CHECK_LAUNCH("transpose_kernel", "R=", R, " C=", C, " batch=", batch);
 }
 
+TokenBlockScales relay_token_block_scales(const float* doutT_scales, std::int64_t N, const float* aT_scales,
+                                          std::int64_t K, std::span<const std::int32_t> offs, std::int64_t mb,
+                                          ScaleScratch& scratch, cudaStream_t stream) {
+  float* d = scratch.get(0, static_cast<std::size_t>(mb * N));
+  float* a = scratch.get(1, static_cast<std::size_t>(mb * K));
+  transpose_scales(doutT_scales, N, mb, d, stream);
+  transpose_scales(aT_scales, K, mb, a, stream);
+  return TokenBlockScales{d, a, N, K, offs};
+}
+
 }  // namespace fp8moe::kernels

@@ -18,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/check.hpp"
+
 namespace fp8moe::kernels {
 
 inline constexpr std::int64_t kScaleAlign = 4;  // floats: 16 bytes
@@ -41,5 +43,36 @@ void relayout_blk_scales(const float* src, std::int64_t rows, std::int64_t kb, f
 // back to back (batch, R, C) -> (batch, C, R).
 void transpose_scales(const float* src, std::int64_t R, std::int64_t C, float* dst, cudaStream_t stream,
                       std::int64_t batch = 1);
+
+// Two device buffers for relaid scales (0: one operand's, 1: the other's), kept by a grouped pass
+// object between launches; they only grow, past the largest size so far.
+class ScaleScratch {
+ public:
+  float* get(int which, std::size_t n) {
+    DeviceBuffer<float>& b = b_[which];
+    if (b.size() < n) b = DeviceBuffer<float>(n);
+    return b.get();
+  }
+
+ private:
+  DeviceBuffer<float> b_[2];
+};
+
+// wgrad's 1x128-along-tokens scales, both operands relaid at once: dOut^T's (N, mb) and A^T's
+// (K, mb), mb = M/128, transposed to (mb, N) and (mb, K). Expert e's (M_e/128, rows) block then
+// starts at its first token block, which is the MN-major per-expert layout cuBLASLt's VEC128 and
+// CUTLASS's sm90 collective both read (the offsets are multiples of 128: check_kgroup_offsets).
+struct TokenBlockScales {
+  const float* dout = nullptr;  // (mb, N) in scratch buffer 0
+  const float* a = nullptr;     // (mb, K) in scratch buffer 1
+  std::int64_t N = 0, K = 0;
+  std::span<const std::int32_t> offs;
+  std::int64_t first_block(std::size_t e) const { return (e == 0 ? 0 : std::int64_t{offs[e - 1]}) / 128; }
+  const float* dout_of(std::size_t e) const { return dout + first_block(e) * N; }
+  const float* a_of(std::size_t e) const { return a + first_block(e) * K; }
+};
+TokenBlockScales relay_token_block_scales(const float* doutT_scales, std::int64_t N, const float* aT_scales,
+                                          std::int64_t K, std::span<const std::int32_t> offs, std::int64_t mb,
+                                          ScaleScratch& scratch, cudaStream_t stream);
 
 }  // namespace fp8moe::kernels

@@ -7,10 +7,6 @@
 namespace fp8moe::kernels {
 namespace {
 
-QuantOperand operand(const DeviceQuantized& q) {
-  return QuantOperand{q.layout, q.codes.get(), q.scales.get(), q.recipe, q.format};
-}
-
 // A plan's GEMMs, one launch per expert that contracts something (an empty expert's dW is the
 // zero the output was cleared to, as on the CPU).
 void run_plan(Pass p, const DeviceQuantized& lhs, const DeviceQuantized& rhs, std::span<const std::int32_t> offs,

@@ -18,6 +18,9 @@ struct KernelBenchOptions {
   // the rows are built in out->tmp() and published once complete.
   results::OutputFile* out = nullptr;
   bool quant = true, gemm = true;
+  // Also time every CUTLASS kernel configuration (schedule x mainloop x tile walk) on every shape,
+  // each checked bitwise first: the measurements behind cutlass_choose (kernels/cutlass_grouped.hpp).
+  bool cutlass_tune = false;
   std::string command;  // recorded in the file's "argv" attribute
 };
 

@@ -5,9 +5,11 @@
 // Operands are quantized once before timing (the quantizers have their own table); a timed
 // cublaslt call includes its scale relayouts. Baseline, timed in the same run on the same codes
 // and shapes: the same per-expert cuBLASLt loop with per-tensor FP8 scaling (LtScaling::
-// per_tensor), so "vs per-tensor" is what block scaling costs. Where CUTLASS was built, a cutlass
-// row follows each cublaslt row: the same pass on the same codes in one grouped launch
-// (kernels/cutlass_grouped.hpp), its baseline the cuBLASLt block-scaled loop timed just before it.
+// per_tensor), so "vs per-tensor" is what block scaling costs. Where CUTLASS was built, cutlass
+// rows follow each cublaslt row: the same pass on the same codes in one grouped launch
+// (kernels/cutlass_grouped.hpp), their baseline the cuBLASLt block-scaled loop timed just before:
+// "cutlass" (the backend's kernel), "cutlass ex68" (CUTLASS example 68's configuration), and with
+// --cutlass-tune every configuration (cutlass_variants).
 // Data: kernels/datagen normal, fp32.
 //
 // Checked before timed (the `wrong` column; outputs start as the NaN sentinel, so an element a
@@ -15,15 +17,19 @@
 //   cublaslt       bitwise against its model, hopper-tc:cublas with the split counts cuBLASLt ran
 //                  (the simt kernel, itself bitwise the CPU reference: tests/kernels); the timed
 //                  calls' last output bitwise the checked one; the per-tensor baseline all finite
-//   cutlass        bitwise against hopper-tc:cublas without splits (the simt model); the timed
-//                  calls' last output bitwise the checked one
+//   cutlass        bitwise against hopper-tc:cublas without splits (the simt model); each later
+//                  configuration bitwise that output; the timed calls' last output bitwise the
+//                  checked one
 //   simt deepgemm  bitwise against the CPU reference promote-fp32:deepgemm on the same codes
 //   hp64           SQNR >= 250 dB against the CPU's fp64 passes (they differ in summation order only)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/bench/bench_util.hpp"
 #include "kernels/cublaslt_grouped.hpp"
@@ -62,14 +68,14 @@ double tflops_of(const Shape& s, double ms) {
 constexpr const char* kPerTensor = "cublaslt per-tensor FP8, same codes and shapes";
 
 // One table row; base_ms > 0: the median of its baseline (`base_what`) on the same pass and shape.
-void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0,
-         const char* base_what = kPerTensor) {
+void row(h5::Group* rows, const std::string& backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0,
+         const char* base_what = kPerTensor, const std::string& config = {}) {
   const double tflops = tflops_of(s, ms);
   const double base = base_ms > 0 ? tflops_of(s, base_ms) : 0;
   char extra[64] = "|          - |      - |";
   if (base_ms > 0) std::snprintf(extra, sizeof extra, "| %10.1f | %5.1f%% |", base, 100.0 * tflops / base);
   if (c.wrong != 0) ++failed_checks();
-  std::printf("| %-13s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s %9lld | %s\n", backend, pass_name(p),
+  std::printf("| %-16s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s %9lld | %s\n", backend.c_str(), pass_name(p),
               static_cast<long long>(s.E), static_cast<long long>(s.Me), static_cast<long long>(s.N),
               static_cast<long long>(s.K), ms, tflops, extra, static_cast<long long>(c.wrong), c.how.c_str());
   std::fflush(stdout);
@@ -88,6 +94,7 @@ void row(h5::Group* rows, const char* backend, Pass p, const Shape& s, double ms
   g.set_attr("runs", kRuns);
   g.set_attr("wrong", c.wrong);
   g.set_attr("check", c.how);
+  if (!config.empty()) g.set_attr("config", config);
   if (base_ms > 0) {
     g.set_attr("baseline", base_what);
     g.set_attr("baseline_median_ms", base_ms);
@@ -168,36 +175,69 @@ LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out
 }
 
 #ifdef FP8MOE_HAVE_CUTLASS
-// One CUTLASS pass on the same codes: checked bitwise against hopper-tc:cublas without splits,
-// then timed; its baseline the cuBLASLt loop's median from `lt`.
-void cutlass_pass(const char* name, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
-                  const std::function<void(std::uint16_t*)>& call, const ModelFn& model, const LtResult& lt,
-                  h5::Group* rows) {
+// One CUTLASS pass on the same codes: checked bitwise against hopper-tc:cublas without splits (or,
+// `verified` given, against that output of an earlier configuration, which was), then timed; its
+// baseline the cuBLASLt loop's median from `lt`. Returns the checked output.
+std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped& cut, Pass p, const Shape& s,
+                                        std::int64_t n_out, const GemmOptions& opt,
+                                        const std::function<void(std::uint16_t*)>& call, const ModelFn& model,
+                                        const LtResult& lt, h5::Group* rows, const std::vector<std::uint16_t>* verified) {
   const auto n = static_cast<std::size_t>(n_out);
   DeviceBuffer<std::uint16_t> out(n);
   out.fill_sentinel();
   call(out.get());
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass check", s));
-  const std::vector<std::uint16_t> checked = download(out.get(), n);
-  std::vector<float> got(n);
-  for (std::size_t i = 0; i < n; ++i) got[i] = bf16_to_f32(checked[i]);
-  std::vector<float> want = lt.model;
-  if (lt.split) {  // cuBLASLt split K here: the unsplit model
-    GemmOptions m = opt;
-    m.mode = Mode::hopper_tc;
-    m.promotion = Promotion::cublas;
-    DeviceBuffer<float> mo(n);
-    mo.fill_sentinel();
-    model(m, mo.get());
-    want = download(mo.get(), n);
+  std::vector<std::uint16_t> checked = download(out.get(), n);
+  Check c;
+  if (verified) {
+    c = {bytes_differ(checked, *verified), "bitwise vs the cutlass row's output (bitwise hopper-tc:cublas)"};
+  } else {
+    std::vector<float> got(n);
+    for (std::size_t i = 0; i < n; ++i) got[i] = bf16_to_f32(checked[i]);
+    std::vector<float> want = lt.model;
+    if (lt.split) {  // cuBLASLt split K here: the unsplit model
+      GemmOptions m = opt;
+      m.mode = Mode::hopper_tc;
+      m.promotion = Promotion::cublas;
+      DeviceBuffer<float> mo(n);
+      mo.fill_sentinel();
+      model(m, mo.get());
+      want = download(mo.get(), n);
+    }
+    c = {bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, no splits)"};
   }
-  Check c{bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, no splits)"};
   const double ms = median_ms([&] { call(out.get()); });
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass timing", s));
   const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
   c.wrong += drift;
   if (drift) c.how += "; timed output differs from the checked one";
-  row(rows, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run");
+  row(rows, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run",
+      cut.last_config());
+  return checked;
+}
+
+// The CUTLASS rows after each cuBLASLt row: "cutlass" (the backend's kernel, cutlass_choose),
+// "cutlass ex68" (CUTLASS example 68's configuration: cooperative, CUTLASS's own mainloop, along M),
+// and with --cutlass-tune every configuration, named "cutlass SS/FF/RW" (schedule co|pp, fold
+// ov = under the next wgmma | cl = CUTLASS's, raster M|N and swizzle W).
+std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_variants(bool tune) {
+  std::vector<std::pair<std::string, std::optional<CutlassKernel>>> v{
+      {"cutlass", std::nullopt},
+      {"cutlass ex68", CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 1}}};
+  if (!tune) return v;
+  for (CutlassSchedule sc : {CutlassSchedule::cooperative, CutlassSchedule::pingpong}) {
+    for (CutlassFold f : {CutlassFold::under_next_mma, CutlassFold::after_mma}) {
+      for (CutlassRaster r : {CutlassRaster::along_m, CutlassRaster::along_n}) {
+        for (int w : {1, 2, 4, 8}) {
+          if (f == CutlassFold::after_mma && w > 1) continue;  // CUTLASS's mainloop: the reference points
+          v.emplace_back(cat("cutlass ", sc == CutlassSchedule::pingpong ? "pp" : "co", "/",
+                             f == CutlassFold::under_next_mma ? "ov" : "cl", "/", r == CutlassRaster::along_n ? "N" : "M", w),
+                         CutlassKernel{sc, f, r, w});
+        }
+      }
+    }
+  }
+  return v;
 }
 #endif
 
@@ -208,20 +248,24 @@ DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape
   return quantize<float>(r, x.get(), shape, offs, q);
 }
 
-void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows) {
+void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, bool cutlass_tune) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
   opt.promotion = Promotion::cublas;
   const QuantOptions& q = opt.quant;
 #ifdef FP8MOE_HAVE_CUTLASS
-  // Both schedules on the same codes: "cutlass" (cooperative, the backend's) and "cutlass pp".
-  CutlassGrouped cut, cut_pp;
-  cut_pp.set_schedule(CutlassSchedule::pingpong);
+  CutlassGrouped cut;
+  const auto variants = cutlass_variants(cutlass_tune);
   const auto cutlass_rows = [&](Pass p, std::int64_t n_out, const ModelFn& model, const LtResult& r,
                                 const std::function<void(CutlassGrouped&, std::uint16_t*)>& call) {
-    cutlass_pass("cutlass", p, s, n_out, opt, [&](std::uint16_t* out) { call(cut, out); }, model, r, rows);
-    cutlass_pass("cutlass pp", p, s, n_out, opt, [&](std::uint16_t* out) { call(cut_pp, out); }, model, r, rows);
+    std::vector<std::uint16_t> first;  // the first row's output, checked against the model
+    for (const auto& [name, k] : variants) {
+      cut.set_kernel(k);
+      std::vector<std::uint16_t> got = cutlass_pass(name, cut, p, s, n_out, opt, [&](std::uint16_t* out) { call(cut, out); },
+                                                    model, r, rows, first.empty() ? nullptr : &first);
+      if (first.empty()) first = std::move(got);
+    }
   };
 #endif
   {  // fwd: A (M,K) 1x128, W (E,N,K) 128x128 -> (M,N) bf16
@@ -340,17 +384,17 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 
 }  // namespace
 
-void bench_gemms(h5::Group* rows) {
+void bench_gemms(h5::Group* rows, bool cutlass_tune) {
   std::printf("\n(baseline: a cublaslt row's is the per-tensor-scaled cuBLASLt loop; a cutlass row's the block-scaled "
               "cuBLASLt loop of the row above it)\n");
-  std::printf("\n| backend       | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
-  std::printf("|---------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
+  std::printf("\n| backend          | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
+  std::printf("|------------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
   CublasLtGrouped lt;
   // DeepSeek-V3-like (8, 4096, 4096, 7168) and (8, 4096, 7168, 2048), DeepGEMM's published
   // m-grouped shape (4, 8192, 4096, 7168), (16, 2048, 5120, 8192), Qwen3-MoE-like (16, 2048, 3072, 4096)
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
                          Shape{16, 2048, 5120, 8192}, Shape{16, 2048, 3072, 4096}}) {
-    bench_cublaslt(lt, s, rows);
+    bench_cublaslt(lt, s, rows, cutlass_tune);
   }
   bench_cuda_cores(Shape{4, 1024, 1024, 1024}, rows);
 }

@@ -1,6 +1,6 @@
 // fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
-//   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm]
+//   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune]
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -23,8 +23,10 @@ int main(int argc, char** argv) {
       opt.quant = false;
     } else if (a == "--no-gemm") {
       opt.gemm = false;
+    } else if (a == "--cutlass-tune") {
+      opt.cutlass_tune = true;
     } else {
-      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm]\n");
+      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune]\n");
       return 2;
     }
   }

@@ -80,6 +80,7 @@ std::vector<T> download(const T* p, std::size_t n) {
 template <class T>
 std::int64_t bytes_differ(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return static_cast<std::int64_t>(std::max(a.size(), b.size()));
+  if (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0) return 0;  // the usual case, fast
   std::int64_t n = 0;
   for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
   return n;
@@ -93,6 +94,6 @@ inline int& failed_checks() {
 
 // The GEMM table (bench_gemm.cu): every GPU backend's fwd, dgrad and wgrad at the production
 // shapes; rows also go to `rows` (one subgroup per row, attributes as columns) when given.
-void bench_gemms(h5::Group* rows);
+void bench_gemms(h5::Group* rows, bool cutlass_tune);
 
 }  // namespace fp8moe::kernels::bench

@@ -56,6 +56,12 @@ class Backend {
 // "cuda-cutlass" where CUTLASS's headers were found at configure time)
 // (sim/backend/cuda_backend.hpp). Unknown names list the available ones.
 std::unique_ptr<Backend> make_backend(const std::string& name);
+// The name a scenario or --backend gives, with the alias kFastestBackend resolved to this build's
+// fastest tensor-core backend: cuda-cutlass where CUTLASS was built, else cuda-cublaslt (both are
+// held to hopper-tc:cublas bit for bit). Other names come back unchanged; the alias in a build
+// without CUDA is an Error saying what it needs.
+inline constexpr const char* kFastestBackend = "cuda-fastest";
+std::string resolve_backend(const std::string& name);
 // The backend names this build knows, in a fixed order (the first is the default).
 const std::vector<std::string>& backend_names();
 // Why backend `name` cannot compute a pass with `opt` (its mode, promotion, format, ...), or empty

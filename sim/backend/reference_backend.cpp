@@ -76,6 +76,17 @@ const std::vector<std::string>& backend_names() {
   return names;
 }
 
+std::string resolve_backend(const std::string& name) {
+  if (name != kFastestBackend) return name;
+  for (const char* b : {"cuda-cutlass", "cuda-cublaslt"}) {
+    for (const std::string& n : backend_names()) {
+      if (n == b) return n;
+    }
+  }
+  fail("backend '", kFastestBackend, "' is this build's fastest tensor-core backend (cuda-cutlass, else cuda-cublaslt), "
+       "and this build has neither: configure on a machine with nvcc (and CUTLASS's headers: scripts/setup.sh)");
+}
+
 namespace {
 void check_backend_name(const std::string& name) {
   if (name == "cpu") return;
@@ -84,6 +95,9 @@ void check_backend_name(const std::string& name) {
   }
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  if (name == kFastestBackend) {
+    fail("backend '", name, "' is an alias: resolve it first (resolve_backend); this build has ", known);
+  }
   if (name == "cuda-cutlass") {
     fail("backend 'cuda-cutlass' is not in this build (it has ", known, "): it needs nvcc and CUTLASS 4.x's headers "
          "at configure time; scripts/setup.sh fetches them, or configure with -DFP8MOE_CUTLASS_DIR=/path/to/cutlass");

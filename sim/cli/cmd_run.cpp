@@ -88,7 +88,7 @@ const KeyFlag kRunFlags[] = {
     {"reduce-dtype", Key::reduce_dtype, "fp32 or bf16 (partial sums rounded)"},
     {"fsdp-gather", Key::fsdp_gather, "layer level: FSDP2 all-gather in bf16 or fp8"},
     {"lr", Key::lr, "layer level: one SGD step with this learning rate"},
-    {"backend", Key::backend, "per-rank math: reference, cuda-simt, cuda-cublaslt or cuda-cutlass (fp8moe info lists those built in)"},
+    {"backend", Key::backend, "per-rank math: reference, cuda-simt, cuda-cublaslt, cuda-cutlass, or cuda-fastest (cuda-cutlass where built, else cuda-cublaslt; fp8moe info lists those built in)"},
 };
 
 std::string long_name(const char* flag) {
@@ -118,8 +118,10 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
   }
   // cuBLASLt and CUTLASS run the tensor cores that hopper-tc:cublas models bit for bit, and no
   // other mode: with those backends and no --mode, run takes that one rather than refusing the default.
-  if (!given("mode") && given("backend") && (vm["backend"].as<std::string>() == "cuda-cublaslt" ||
-                                                   vm["backend"].as<std::string>() == "cuda-cutlass")) {
+  const auto tensor_core = [](const std::string& b) {
+    return b == "cuda-cublaslt" || b == "cuda-cutlass" || b == kFastestBackend;
+  };
+  if (!given("mode") && given("backend") && tensor_core(vm["backend"].as<std::string>())) {
     out.push_back({Key::mode, "--mode", "hopper-tc:cublas"});
   }
   if (vm["pow2-scales"].as<bool>()) out.push_back({Key::pow2_scales, "--pow2-scales", "true"});

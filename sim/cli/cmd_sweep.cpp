@@ -53,7 +53,7 @@ int cmd_sweep(const Args& args) {
       ("files", po::value<std::vector<std::string>>()->multitoken(), "scenario files (default: the built-in default)")
       ("only", po::value<std::string>()->default_value(""), "run only cases whose scenario name matches this glob, "
        "or whose case key contains it (e.g. 'tp_*' or 'mesh=dp=2,tp=2')")
-      ("backend", po::value<std::string>()->default_value(""), "run every case on this backend (reference, cuda-simt, cuda-cublaslt, cuda-cutlass)")
+      ("backend", po::value<std::string>()->default_value(""), "run every case on this backend (reference, cuda-simt, cuda-cublaslt, cuda-cutlass; cuda-fastest: cuda-cutlass where built, else cuda-cublaslt)")
       ("out,o", po::value<std::string>()->default_value(""), "result file (default results/runs/<first file's name>.h5)")
       ("resume", po::value<std::string>(), "finish an interrupted or killed sweep FILE: runs only its missing cases")
       ("force", po::bool_switch(), "overwrite an existing --out file")

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -131,12 +132,15 @@ TEST_CASE("CUTLASS at torchao's op-level floors against the bf16 reference") {
   }
 }
 
-TEST_CASE("the ping-pong schedule (64x128 tiles) gives the cooperative schedule's outputs bitwise") {
-  // The bench times both; the arithmetic per output element must not depend on the tile.
+TEST_CASE("every CUTLASS kernel configuration equals the hopper-tc:cublas model bitwise") {
+  // Schedules (cooperative 128x128, ping-pong 64x128), mainloops (CUTLASS's fold after each wgmma,
+  // fp8moe's under the next one) and tile walks: the arithmetic per output element must not depend
+  // on any of them. k-block counts 1 to 5 (odd and even: fp8moe's mainloop pairs its partials) and
+  // an empty expert; the model is the CPU reference on the same codes.
   const std::uint64_t seed = test::seed_for(624);
   CAPTURE(seed);
-  const std::vector<std::int32_t> offs{128, 128, 640, 1024};  // an empty expert
-  const std::int64_t M = offs.back(), N = 384, K = 512, E = static_cast<std::int64_t>(offs.size());
+  const std::vector<std::int32_t> offs{128, 128, 640, 1024};  // tokens per expert 128, 0, 512, 384
+  const std::int64_t M = offs.back(), N = 384, K = 640, E = static_cast<std::int64_t>(offs.size());
   const auto up = [](const TensorF& t) { return kernels::DeviceBuffer<float>(t.data); };
   const kernels::DeviceBuffer<float> a = up(test::random_tensor({M, K}, seed, kTensorA, Dist::normal));
   const kernels::DeviceBuffer<float> w = up(test::random_tensor({E, N, K}, seed, kTensorW, Dist::normal));
@@ -150,32 +154,68 @@ TEST_CASE("the ping-pong schedule (64x128 tiles) gives the cooperative schedule'
   const auto wt_q = quantize<float>(Recipe::weight_dgrad, w.get(), {E, N, K}, {}, q);
   const auto gt_q = quantize<float>(Recipe::kgrouped_lhs, g.get(), {M, N}, offs, q);
   const auto at_q = quantize<float>(Recipe::kgrouped_lhs, a.get(), {M, K}, offs, q);
-  kernels::CutlassGrouped coop, pp;
-  pp.set_schedule(kernels::CutlassSchedule::pingpong);
-  const auto both = [&](const char* pass, std::int64_t n, const std::function<void(kernels::CutlassGrouped&, void*)>& call) {
-    CAPTURE(pass);
-    kernels::DeviceBuffer<std::uint16_t> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
-    x.fill_sentinel();
-    y.fill_sentinel();
-    call(coop, x.get());
-    call(pp, y.get());
-    const std::vector<std::uint16_t> hx = x.download(), hy = y.download();
-    std::int64_t differ = 0, nonfinite = 0;
-    for (std::size_t i = 0; i < hx.size(); ++i) {
-      differ += hx[i] != hy[i];
-      nonfinite += !std::isfinite(bf16_to_f32(hx[i]));
+  using kernels::CutlassKernel;
+  using kernels::CutlassSchedule;
+  std::vector<CutlassKernel> configs;
+  for (CutlassSchedule sc : {CutlassSchedule::cooperative, CutlassSchedule::pingpong}) {
+    for (kernels::CutlassFold f : {kernels::CutlassFold::after_mma, kernels::CutlassFold::under_next_mma}) {
+      configs.push_back({sc, f, kernels::CutlassRaster::along_m, 1});
+      configs.push_back({sc, f, kernels::CutlassRaster::along_n, 2});
+      configs.push_back({sc, f, kernels::CutlassRaster::along_m, 8});
     }
-    std::printf("cutlass ping-pong vs cooperative | %-5s | %lld outputs differ of %lld | %s\n", pass,
-                static_cast<long long>(differ), static_cast<long long>(n), pp.last_config().c_str());
-    CHECK(differ == 0);
-    CHECK(nonfinite == 0);
+  }
+  kernels::CutlassGrouped cut;
+  const auto each = [&](const char* pass, OutDtype out, const TensorD& want,
+                        const std::function<void(void*)>& call) {
+    CAPTURE(pass);
+    CAPTURE(std::string(out_dtype_name(out)));
+    const auto n = want.data.size();
+    for (const CutlassKernel& k : configs) {
+      if (k.schedule == CutlassSchedule::pingpong && out != OutDtype::bf16) continue;
+      cut.set_kernel(k);
+      std::vector<double> got(n);
+      if (out == OutDtype::bf16) {
+        kernels::DeviceBuffer<std::uint16_t> x(n);
+        x.fill_sentinel();
+        call(x.get());
+        const std::vector<std::uint16_t> h = x.download();
+        for (std::size_t i = 0; i < n; ++i) got[i] = bf16_to_f32(h[i]);
+      } else {
+        kernels::DeviceBuffer<float> x(n);
+        x.fill_sentinel();
+        call(x.get());
+        const std::vector<float> h = x.download();
+        for (std::size_t i = 0; i < n; ++i) got[i] = h[i];
+      }
+      std::int64_t differ = 0, nonfinite = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        differ += std::memcmp(&got[i], &want.data[i], sizeof(double)) != 0;
+        nonfinite += !std::isfinite(got[i]);
+      }
+      std::printf("cutlass config vs hopper-tc:cublas | %-5s | %-4s | %lld of %zu outputs differ | %s\n", pass,
+                  out_dtype_name(out), static_cast<long long>(differ), n, cut.last_config().c_str());
+      CAPTURE(cut.last_config());
+      CHECK(differ == 0);
+      CHECK(nonfinite == 0);
+    }
   };
-  both("fwd", M * N, [&](kernels::CutlassGrouped& c, void* o) { c.fwd(a_q, w_q, offs, opt, o); });
-  both("dgrad", M * K, [&](kernels::CutlassGrouped& c, void* o) { c.dgrad(g_q, wt_q, offs, opt, o); });
-  both("wgrad", E * N * K, [&](kernels::CutlassGrouped& c, void* o) { c.wgrad(gt_q, at_q, offs, opt, o); });
+  for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+    opt.out = out;
+    each("fwd", out, grouped_fwd_q(a_q.to_host(), w_q.to_host(), offs, opt),
+         [&](void* o) { cut.fwd(a_q, w_q, offs, opt, o); });
+    each("dgrad", out, grouped_dgrad_q(g_q.to_host(), wt_q.to_host(), offs, opt),
+         [&](void* o) { cut.dgrad(g_q, wt_q, offs, opt, o); });
+    each("wgrad", out, grouped_wgrad_q(gt_q.to_host(), at_q.to_host(), offs, opt),
+         [&](void* o) { cut.wgrad(gt_q, at_q, offs, opt, o); });
+  }
+  // Configurations outside the built ones are refused, naming the fix.
   opt.out = OutDtype::fp32;
   kernels::DeviceBuffer<float> f(static_cast<std::size_t>(M * N));
-  CHECK_THROWS_WITH_AS(pp.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("bf16 output only"), Error);
+  cut.set_kernel(CutlassKernel{CutlassSchedule::pingpong});
+  CHECK_THROWS_WITH_AS(cut.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("bf16 output only"), Error);
+  cut.set_kernel(CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::after_mma,
+                               kernels::CutlassRaster::along_m, 3});
+  CHECK_THROWS_WITH_AS(cut.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("1, 2, 4 or 8"), Error);
 }
 
 TEST_CASE("cuda-cutlass refuses what it cannot compute, with the reason") {

@@ -184,4 +184,15 @@ TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is 
   }
 }
 
+TEST_CASE("cuda-fastest is this build's fastest tensor-core backend") {
+#ifdef FP8MOE_HAVE_CUTLASS
+  const std::string fastest = "cuda-cutlass";
+#else
+  const std::string fastest = "cuda-cublaslt";
+#endif
+  CHECK(sim::resolve_backend(sim::kFastestBackend) == fastest);
+  for (const char* b : {"reference", "cuda-simt", "cuda-cublaslt", "cuda-nope"}) CHECK(sim::resolve_backend(b) == b);
+  CHECK_THROWS_WITH_AS(sim::backend_unsupported(sim::kFastestBackend, GemmOptions{}), doctest::Contains("alias"), Error);
+}
+
 }  // namespace

@@ -27,6 +27,12 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   CHECK(r.output.find("leaves nothing to bench") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(out));
 
+  r = bench("--no-gemm --cutlass-tune");
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.lines() == 1);
+  CHECK(r.output.find("drop --no-gemm") != std::string::npos);
+
   std::ofstream(out) << "not mine";  // an existing file is refused without --force
   r = bench("--no-gemm --h5 " + quote(out));
   CAPTURE(r.output);

@@ -160,6 +160,26 @@ TEST_CASE("list shows every expanded case, runnable and rejected with the reason
   CHECK_FALSE(has(only, "level=op"));
 }
 
+TEST_CASE("scenarios/production.ini runs on cuda-fastest: cuda-cutlass where built, else cuda-cublaslt") {
+  const Run r = cli("list", quote(std::string(FP8MOE_SCENARIOS_DIR) + "/production.ini"));
+  CAPTURE(r.output);
+  if (r.rc == 2) {  // a build without CUDA: one line naming what the alias needs
+    CHECK(has(r, "'cuda-fastest' is this build's fastest tensor-core backend"));
+    return;
+  }
+  REQUIRE(r.rc == 0);
+  const bool cutlass = has(r, "backend=cuda-cutlass");
+  CHECK((cutlass || has(r, "backend=cuda-cublaslt")));
+  CHECK_FALSE((cutlass && has(r, "backend=cuda-cublaslt")));
+  CHECK_FALSE(has(r, "cuda-fastest"));
+  // --backend takes the alias too
+  const Run o = cli("list", quote(kSmall) + " --only op --backend cuda-fastest");
+  CAPTURE(o.output);
+  CHECK(o.rc == 0);
+  CHECK(has(o, cutlass ? " cuda-cutlass " : " cuda-cublaslt "));
+  CHECK_FALSE(has(o, "cuda-fastest"));
+}
+
 TEST_CASE("the sweep table: one row per case x pass x tensor, a summary line, default gates pass") {
   const std::string out = scratch("table.h5");
   const Run r = cli("sweep", quote(kSmall) + " --only op --out " + quote(out) + " -q");

@@ -1,0 +1,12 @@
+// cuda-cutlass wgrad: per-row scales on A and B (cutlass_gemm.cuh): cooperative schedule, CUTLASS's mainloop, bf16 or fp32 output.
+// One translation unit per configuration so that the build compiles them in parallel.
+#include "kernels/cutlass_gemm.cuh"
+
+namespace fp8moe::kernels {
+
+void cutlass_gemm_act_act_cooperative_cutlass(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
+                                              cudaStream_t stream, const std::string& what) {
+  cutlass_impl::launch<1, false, false, true>(k, out, groups, s, stream, what);
+}
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,12 @@
+// cuda-cutlass fwd and dgrad: per-row A scales, one scale per 128x128 B tile (cutlass_gemm.cuh): pingpong schedule, fp8moe's mainloop (the fold under the next wgmma), bf16 output.
+// One translation unit per configuration so that the build compiles them in parallel.
+#include "kernels/cutlass_gemm.cuh"
+
+namespace fp8moe::kernels {
+
+void cutlass_gemm_act_weight_pingpong_overlap(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
+                                              cudaStream_t stream, const std::string& what) {
+  cutlass_impl::launch<128, true, true, false>(k, out, groups, s, stream, what);
+}
+
+}  // namespace fp8moe::kernels

@@ -1,0 +1,160 @@
+#pragma once
+// fp8moe's mainloop for CUTLASS's sm90 ptr-array blockwise-FP8 grouped GEMM: the same arithmetic
+// as CUTLASS's collective (kernels/cutlass_gemm.cuh), scheduled so that the tensor cores do not
+// wait for the promotion.
+//
+// CUTLASS's collective runs each 128-K block as: wgmma into a partial P (from zero), wait for it,
+// then fold P into the fp32 accumulator with the block's scales on the CUDA cores. While it folds,
+// the warpgroup has no wgmma in flight, so every k-block costs the MMA time plus the fold's (one
+// FMA per accumulator element, the scale loads and the wait's drain). This mainloop keeps two
+// partials: k-block i's wgmma is issued into one before k-block i-1's, held in the other, is waited
+// for and folded, so the fold runs under the next block's MMAs. Per output element nothing changes:
+// P from the same chained wgmma (ScaleOut::Zero, then One), the same fold in the same k order,
+//   act_weight: s = fl(sa * sb), acc = fma(P, s, acc)
+//   act_act:    acc = fma(fl(P * sa), sb, acc)
+// written as the same C++ expressions (the FFMA contraction of nvcc's default --fmad=true), with
+// the accumulator starting at +0 (the reference model's start; CUTLASS's collective leaves it to
+// the register allocator). Costs: one more partial in registers (64 floats a thread for a 64x128
+// warpgroup tile). A k-block's scales are read from shared memory just before its fold, while its
+// stage is still held.
+//
+// The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
+// loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
+#include <cute/tensor.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+
+namespace fp8moe::kernels::cutlass_impl {
+
+template <class Base>
+struct OverlappedFold : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::Params;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::SmemLayoutSFA;
+  using typename Base::SmemLayoutSFB;
+  using typename Base::TensorStorage;
+  using typename Base::TileShape;
+  using typename Base::TiledMma;
+  using Scale = typename Base::ElementBlockScale;
+
+  // act_weight: one B scale per tile along N, a scale per row of A; act_act: a scale per row of both.
+  static constexpr bool kActWeight = Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile == 1;
+  static constexpr bool kActAct = Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile > 1;
+  static_assert(kActWeight || kActAct, "fp8moe's mainloop covers per-row A scales only (1x128 activations)");
+  static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
+
+  template <class Accum>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, Accum& accum, int k_tile_count,
+                          int thread_idx, TensorStorage& shared_tensors, Params const& /*mainloop_params*/) {
+    using namespace cute;
+    // The stage buffers, and the scales broadcast to the output tile (zero strides along the
+    // dimension a scale does not vary in), as (BLK_M, BLK_N, (BLK_K, PIPE)).
+    auto sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
+    auto sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    const auto sfa_layout = make_layout(
+        make_shape(shape<0>(SmemLayoutSFA{}), get<1>(TileShape{}), make_shape(shape<1>(SmemLayoutSFA{}), shape<2>(SmemLayoutSFA{}))),
+        make_stride(stride<0>(SmemLayoutSFA{}), _0{}, make_stride(stride<1>(SmemLayoutSFA{}), stride<2>(SmemLayoutSFA{}))));
+    const auto sfb_layout = make_layout(
+        make_shape(get<0>(TileShape{}), shape<0>(SmemLayoutSFB{}), make_shape(shape<1>(SmemLayoutSFB{}), shape<2>(SmemLayoutSFB{}))),
+        make_stride(_0{}, stride<0>(SmemLayoutSFB{}), make_stride(stride<1>(SmemLayoutSFB{}), stride<2>(SmemLayoutSFB{}))));
+    auto sSFA = make_tensor(make_smem_ptr(shared_tensors.smem_SFA.data()), sfa_layout);
+    auto sSFB = make_tensor(make_smem_ptr(shared_tensors.smem_SFB.data()), sfb_layout);
+
+    constexpr int kWg = cutlass::NumThreadsPerWarpGroup;
+    constexpr int kWarpGroups = size(TiledMma{}) / kWg;
+    const Layout wg_layout = make_layout(Int<kWarpGroups>{}, Int<kWg>{});
+    const int wg = __shfl_sync(0xffffffff, thread_idx / kWg, 0);
+    TiledMma tiled_mma;
+    auto wg_mma = tiled_mma.get_slice(wg_layout(wg));
+    auto tCsSFA = tiled_mma.get_slice(thread_idx).partition_C(sSFA);  // (MMA, MMA_M, MMA_N, (MMA_K, PIPE))
+    auto tCsSFB = tiled_mma.get_slice(thread_idx).partition_C(sSFB);
+    auto tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // descriptors (MMA, MMA_M, MMA_K, PIPE)
+    auto tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
+    CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
+    CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
+
+    auto p0 = make_fragment_like(accum);  // the two partials
+    auto p1 = make_fragment_like(accum);
+    auto sfa = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));  // one k-block's scales, as the accumulator
+    auto sfb = make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
+    // The partials are cleared too, though each wgmma chain starts from zero: an undefined partial
+    // lets the compiler seed the loop's copy of one from a register of the other while that one's
+    // wgmma is in flight, and ptxas then serializes the wgmmas.
+    clear(accum);
+    clear(p0);
+    clear(p1);
+    if (k_tile_count <= 0) return;
+
+    // k-block at `stage` into the partial p, from zero.
+    const auto issue = [&](auto& p, int stage) {
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      warpgroup_fence_operand(p);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), p);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(p);
+    };
+    // The finished partial p of the k-block at `stage` into the accumulator (its stage still held).
+    const auto fold = [&](auto& p, int stage) {
+      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
+      warpgroup_fence_operand(p);
+      if constexpr (kActWeight) {
+        const Scale sb = sfb(_0{});
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(filter_zeros(sfa)); ++i) filter_zeros(sfa)(i) = filter_zeros(sfa)(i) * sb;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i);
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i) * sfb(i);
+      }
+      warpgroup_fence_operand(accum);
+    };
+
+    // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
+    // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
+    PipelineState release = smem_pipe_read;
+    auto token = pipeline.consumer_try_wait(smem_pipe_read);
+    pipeline.consumer_wait(smem_pipe_read, token);
+    int held = smem_pipe_read.index();  // the stage of the partial in flight
+    issue(p0, held);
+    ++smem_pipe_read;
+    // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
+    const auto step = [&](auto& next, auto& prev) {
+      token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, token);
+      const int stage = smem_pipe_read.index();
+      issue(next, stage);
+      ++smem_pipe_read;
+      warpgroup_wait<1>();
+      fold(prev, held);
+      pipeline.consumer_release(release);
+      ++release;
+      held = stage;
+    };
+    int left = k_tile_count - 1;
+    CUTLASS_PRAGMA_NO_UNROLL
+    while (left >= 2) {
+      step(p1, p0);
+      step(p0, p1);
+      left -= 2;
+    }
+    if (left == 1) {
+      step(p1, p0);
+      warpgroup_wait<0>();
+      fold(p1, held);
+    } else {
+      warpgroup_wait<0>();
+      fold(p0, held);
+    }
+  }
+};
+
+}  // namespace fp8moe::kernels::cutlass_impl
