@@ -207,7 +207,9 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
 }
 
 // One translation unit's launch: scales kScaleN, schedule kPingpong, fold kOverlap; bf16 output,
-// and fp32 where `kFp32` (the cooperative kernels).
+// and fp32 where `kFp32` (the cooperative kernels with CUTLASS's fold: with fp8moe's, ptxas
+// serializes the fp32-output kernel's wgmmas (C7518), and on the H100 it was not bitwise the model
+// on 0.035 % of a (4,8192,4096,7168) wgrad's outputs, so that kernel is not built).
 template <int kScaleN, bool kPingpong, bool kOverlap, bool kFp32>
 void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
             cudaStream_t stream, const std::string& what) {
@@ -216,7 +218,8 @@ void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> 
   } else if constexpr (kFp32) {
     run<Config<kScaleN, float, kPingpong, kOverlap>>(groups, k, s, stream, what);
   } else {
-    fail(what, ": the ping-pong CUTLASS kernels are built for bf16 output only; use the cooperative schedule");
+    fail(what, ": this CUTLASS kernel (", kPingpong ? "ping-pong" : "cooperative", kOverlap ? ", fold under the next wgmma" : "",
+         ") is built for bf16 output only; fp32 output runs the cooperative schedule with CUTLASS's fold (after_mma)");
   }
 }
 

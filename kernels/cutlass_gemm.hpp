@@ -38,8 +38,9 @@ enum class CutlassFold { after_mma, under_next_mma };
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };
 
-// One CUTLASS kernel configuration; the default is the backend's (kernels/cutlass_grouped.hpp
-// chooses per pass and shape, see cutlass_choose).
+// One CUTLASS kernel configuration (kernels/cutlass_grouped.hpp's cutlass_choose picks the
+// backend's per launch). Built: every schedule x fold for bf16 output; fp32 output only
+// cooperative with CUTLASS's fold.
 struct CutlassKernel {
   CutlassSchedule schedule = CutlassSchedule::cooperative;
   CutlassFold fold = CutlassFold::under_next_mma;

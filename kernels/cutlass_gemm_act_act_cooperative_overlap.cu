@@ -1,4 +1,4 @@
-// cuda-cutlass wgrad: per-row scales on A and B (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), bf16 or fp32 output.
+// cuda-cutlass wgrad: per-row scales on A and B (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), bf16 output.
 // One translation unit per configuration so that the build compiles them in parallel.
 #include "kernels/cutlass_gemm.cuh"
 
@@ -6,7 +6,7 @@ namespace fp8moe::kernels {
 
 void cutlass_gemm_act_act_cooperative_overlap(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
                                               cudaStream_t stream, const std::string& what) {
-  cutlass_impl::launch<1, false, true, true>(k, out, groups, s, stream, what);
+  cutlass_impl::launch<1, false, true, false>(k, out, groups, s, stream, what);
 }
 
 }  // namespace fp8moe::kernels

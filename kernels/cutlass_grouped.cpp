@@ -1,6 +1,7 @@
 // The CUTLASS block-scaled grouped passes (see cutlass_grouped.hpp for the operand mapping).
 #include "kernels/cutlass_grouped.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -61,10 +62,13 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
              " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
 }
 
-CutlassKernel cutlass_choose(Pass pass, OutDtype out) {
-  (void)pass;
-  (void)out;
-  return CutlassKernel{};
+CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n) {
+  CutlassKernel k;
+  k.schedule = CutlassSchedule::cooperative;
+  k.fold = out == OutDtype::bf16 ? CutlassFold::under_next_mma : CutlassFold::after_mma;
+  k.raster = m <= n ? CutlassRaster::along_m : CutlassRaster::along_n;
+  k.swizzle = k.raster == CutlassRaster::along_m ? 2 : 1;
+  return k;
 }
 
 struct CutlassGrouped::State {
@@ -145,7 +149,9 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
   }
   const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
   const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
-  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(pass, opt.out);
+  int m_max = 0;
+  for (const CutlassGroup& g : groups) m_max = std::max(m_max, g.m);
+  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(opt.out, m_max, groups.empty() ? 0 : groups[0].n);
   cutlass_grouped_gemm(kind, k, opt.out, groups, s_->scratch, stream, what);
   last_config_ = cat(cutlass_config_name(kind, k), ", ", groups.size(), " groups");
 }

@@ -103,6 +103,7 @@ TEST_CASE("production and bench shapes: CUTLASS equals the hopper-tc:cublas mode
       {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::fwd, OutDtype::bf16},
       {{"bench (8,4096,7168,2048)", 7168, 2048, balanced_offs(8, 4096), false}, Pass::dgrad, OutDtype::bf16},
       {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::wgrad, OutDtype::fp32},
+      {{"bench (4,8192,4096,7168)", 4096, 7168, balanced_offs(4, 8192), false}, Pass::wgrad, OutDtype::bf16},
       {{"deepseek-v3-like E=8 ragged", 2048, 7168, {3000, 3000, 5200, 9000, 9100, 12000, 15000, 16384}, false}, Pass::fwd,
        OutDtype::bf16},
   };
@@ -171,7 +172,8 @@ TEST_CASE("every CUTLASS kernel configuration equals the hopper-tc:cublas model 
     CAPTURE(std::string(out_dtype_name(out)));
     const auto n = want.data.size();
     for (const CutlassKernel& k : configs) {
-      if (k.schedule == CutlassSchedule::pingpong && out != OutDtype::bf16) continue;
+      const bool fp32_built = k.schedule == CutlassSchedule::cooperative && k.fold == kernels::CutlassFold::after_mma;
+      if (out != OutDtype::bf16 && !fp32_built) continue;
       cut.set_kernel(k);
       std::vector<double> got(n);
       if (out == OutDtype::bf16) {
@@ -208,10 +210,19 @@ TEST_CASE("every CUTLASS kernel configuration equals the hopper-tc:cublas model 
     each("wgrad", out, grouped_wgrad_q(gt_q.to_host(), at_q.to_host(), offs, opt),
          [&](void* o) { cut.wgrad(gt_q, at_q, offs, opt, o); });
   }
+  // The backend's own choice per output type and shape
+  using kernels::cutlass_choose;
+  CHECK(cutlass_choose(OutDtype::bf16, 8192, 4096) ==
+        CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::under_next_mma, kernels::CutlassRaster::along_n, 1});
+  CHECK(cutlass_choose(OutDtype::bf16, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::under_next_mma, kernels::CutlassRaster::along_m, 2});
+  CHECK(cutlass_choose(OutDtype::fp32, 4096, 7168).fold == kernels::CutlassFold::after_mma);
   // Configurations outside the built ones are refused, naming the fix.
   opt.out = OutDtype::fp32;
   kernels::DeviceBuffer<float> f(static_cast<std::size_t>(M * N));
   cut.set_kernel(CutlassKernel{CutlassSchedule::pingpong});
+  CHECK_THROWS_WITH_AS(cut.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("bf16 output only"), Error);
+  cut.set_kernel(CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::under_next_mma});
   CHECK_THROWS_WITH_AS(cut.fwd(a_q, w_q, offs, opt, f.get()), doctest::Contains("bf16 output only"), Error);
   cut.set_kernel(CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::after_mma,
                                kernels::CutlassRaster::along_m, 3});
