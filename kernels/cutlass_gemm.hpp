@@ -6,7 +6,8 @@
 //
 // Every group g computes D_g (m, n) row-major = A_g (m, k) . B_g (n, k)^T, both operands
 // K-contiguous FP8 e4m3 codes ("TN"), with blockwise scales read by CUTLASS's sm90 ptr-array
-// grouped collective (KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise, CUTLASS example 68):
+// grouped collective (KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}FP8Blockwise, CUTLASS
+// example 68), its mainloop CUTLASS's or fp8moe's (cutlass_overlap.cuh; the same arithmetic):
 //   ScaleKind::act_weight  A one scale per row and 128-K block, B one per 128x128 tile (fwd, dgrad)
 //   ScaleKind::act_act     A and B one scale per row and 128-K block (wgrad, contracted along tokens)
 // Scales are CUTLASS's MN-major layouts (the only ones its sm90 collective reads): sfa (k/128, m)

@@ -1,7 +1,8 @@
 #pragma once
 // The `cutlass` grouped passes (backend cuda-cutlass): one launch of CUTLASS's sm90 warp-specialized
 // TMA + wgmma grouped GEMM with blockwise FP8 scaling per pass, every non-empty expert a group of
-// that launch (kernels/cutlass_gemm.hpp says what it computes and how it accumulates).
+// that launch (kernels/cutlass_gemm.hpp says what it computes and how it accumulates), in the
+// configuration cutlass_choose picks for the launch's shapes (or the one set_kernel gives).
 //
 // | pass  | CUTLASS A (m x k), scales            | CUTLASS B (n x k), scales           | D (row-major)  |
 // |-------|--------------------------------------|-------------------------------------|----------------|

@@ -58,7 +58,7 @@ fi
 if [[ $what == all || $what == sweeps ]]; then
   # The CI gate set on the GPU: cuda-simt on the CPU and the GPU fake mesh, and the CPU reference
   # over NCCL (world-size-1 cases on one GPU), each bitwise against the committed CPU baseline;
-  # cuda-cublaslt against the floors; then the production shapes on cuda-cublaslt.
+  # cuda-cublaslt against the floors; then the production shapes on cuda-fastest (cuda-cutlass where built).
   base=results/baselines/ci.h5
   for run in "simt_fake:--backend cuda-simt --runtime fake" "simt_fakegpu:--backend cuda-simt --runtime fake-gpu" \
              "nccl:--runtime nccl" "simt_nccl:--backend cuda-simt --runtime nccl"; do
@@ -87,7 +87,7 @@ if [[ $what == all || $what == sweeps ]]; then
       --out "$res/ci_mpi.h5" --force -q
     step sweeps "$bin/fp8moe" compare "$base" "$res/ci_mpi.h5" --identical
   fi
-  # One production scenario (3 cases) within a time limit: the whole file takes longer than a round.
+  # One production scenario (3 cases, on the file's cuda-fastest) within a time limit: the whole file takes longer than a round.
   step sweeps timeout 240 "$bin/fp8moe" sweep scenarios/production.ini --only deepseek_v3_w2 --out "$res/production.h5" --force
 fi
 if [[ $what == all || $what == sanitize ]]; then
