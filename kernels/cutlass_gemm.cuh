@@ -37,9 +37,11 @@ namespace fp8moe::kernels::cutlass_impl {
 using namespace cute;
 
 // One configuration: the scale granularity of B along N (128: a weight tile; 1: per row), the
-// output element, the schedule (cooperative 128x128x128 or ping-pong 64x128x128 tiles) and the
-// mainloop (CUTLASS's collective, or fp8moe's with the fold under the next wgmma: cutlass_overlap.cuh).
-template <int kScaleN, class ElementD, bool kPingpong = false, bool kOverlap = false>
+// output element, the schedule (cooperative 128x128x128 or ping-pong 64x128x128 tiles), the
+// mainloop (CUTLASS's collective, or fp8moe's with the fold under the next wgmma: cutlass_overlap.cuh)
+// and the cluster (1x2x1: two CTAs of neighbouring N tiles share A's TMA loads by multicast;
+// 2x1x1: two of neighbouring M tiles share B's).
+template <int kScaleN, class ElementD, bool kPingpong = false, bool kOverlap = false, int kClusterM = 1>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
@@ -51,7 +53,8 @@ struct Config {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using Accum = float;
   using TileShape = cute::conditional_t<kPingpong, Shape<_64, _128, _128>, Shape<_128, _128, _128>>;
-  using ClusterShape = Shape<_1, _2, _1>;
+  static_assert(kClusterM == 1 || kClusterM == 2);
+  using ClusterShape = cute::conditional_t<kClusterM == 2, Shape<_2, _1, _1>, Shape<_1, _2, _1>>;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kScaleN, 128>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
@@ -206,20 +209,22 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
 }
 
-// One translation unit's launch: scales kScaleN, schedule kPingpong, fold kOverlap; bf16 output,
-// and fp32 where `kFp32` (the cooperative kernels with CUTLASS's fold: with fp8moe's, ptxas
-// serializes the fp32-output kernel's wgmmas (C7518), and on the H100 it was not bitwise the model
-// on 0.035 % of a (4,8192,4096,7168) wgrad's outputs, so that kernel is not built).
-template <int kScaleN, bool kPingpong, bool kOverlap, bool kFp32>
+// One translation unit's launch: scales kScaleN, schedule kPingpong, fold kOverlap, cluster
+// kClusterM x (3 - kClusterM); bf16 output, and fp32 where `kFp32` (cooperative, CUTLASS's fold).
+// fp8moe's fold with fp32 output is not built: ptxas serializes that kernel's wgmmas (C7518, "program
+// dependence on compiler-inserted WG.DP in divergent path") and on the H100 it differed from the
+// model on a few outputs of the (4,8192,4096,7168) wgrad (0.035 %; 0.0038 % once the fold's scale
+// loads were fenced before the stage's release), while every bf16 kernel is bitwise everywhere.
+template <int kScaleN, bool kPingpong, bool kOverlap, bool kFp32, int kClusterM = 1>
 void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
             cudaStream_t stream, const std::string& what) {
   if (out == OutDtype::bf16) {
-    run<Config<kScaleN, cutlass::bfloat16_t, kPingpong, kOverlap>>(groups, k, s, stream, what);
+    run<Config<kScaleN, cutlass::bfloat16_t, kPingpong, kOverlap, kClusterM>>(groups, k, s, stream, what);
   } else if constexpr (kFp32) {
-    run<Config<kScaleN, float, kPingpong, kOverlap>>(groups, k, s, stream, what);
+    run<Config<kScaleN, float, kPingpong, kOverlap, kClusterM>>(groups, k, s, stream, what);
   } else {
-    fail(what, ": this CUTLASS kernel (", kPingpong ? "ping-pong" : "cooperative", kOverlap ? ", fold under the next wgmma" : "",
-         ") is built for bf16 output only; fp32 output runs the cooperative schedule with CUTLASS's fold (after_mma)");
+    fail(what, ": this CUTLASS kernel (", cutlass_config_name(kScaleN == 128 ? ScaleKind::act_weight : ScaleKind::act_act, k),
+         ") is built for bf16 output only; fp32 output runs the cooperative schedule with cluster 1x2x1");
   }
 }
 

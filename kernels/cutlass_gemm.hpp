@@ -39,19 +39,30 @@ enum class CutlassFold { after_mma, under_next_mma };
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };
 
+// The thread-block cluster: 1x2x1 (two CTAs of neighbouring N tiles; A's tile loaded once for both
+// by TMA multicast; CUTLASS example 68's) or 2x1x1 (neighbouring M tiles share B's).
+enum class CutlassCluster { m1n2, m2n1 };
+
 // One CUTLASS kernel configuration (kernels/cutlass_grouped.hpp's cutlass_choose picks the
-// backend's per launch). Built: every schedule x fold for bf16 output; fp32 output only
-// cooperative with CUTLASS's fold.
+// backend's per launch); cutlass_built says which are compiled.
 struct CutlassKernel {
   CutlassSchedule schedule = CutlassSchedule::cooperative;
   CutlassFold fold = CutlassFold::under_next_mma;
   CutlassRaster raster = CutlassRaster::along_m;
   int swizzle = 1;
+  CutlassCluster cluster = CutlassCluster::m1n2;
   bool operator==(const CutlassKernel&) const = default;
 };
 const char* cutlass_schedule_name(CutlassSchedule s);
 const char* cutlass_fold_name(CutlassFold f);
 const char* cutlass_raster_name(CutlassRaster r);
+const char* cutlass_cluster_name(CutlassCluster c);
+
+// Whether the kernel of `k` is compiled for output `out`: with cluster 1x2x1 every schedule and
+// fold for bf16, and for fp32 the cooperative schedule with CUTLASS's fold (fp8moe's fold with fp32
+// output is not bitwise the model at production sizes: kernels/cutlass_gemm.cuh); with cluster
+// 2x1x1 the cooperative schedule with fp8moe's fold, bf16 only. (The swizzle is a launch argument.)
+bool cutlass_built(const CutlassKernel& k, OutDtype out);
 
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;
@@ -78,8 +89,8 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 
 // Launches the grouped GEMM on `stream`; an Error names `what` and CUTLASS's refusal or status.
 // out: bf16 or fp32 (fp64 is refused by the caller).
-// Throws (an Error naming `what`) for a configuration outside the ones built: ping-pong with fp32
-// output, a swizzle other than 1, 2, 4, 8.
+// Throws (an Error naming `what`) for a configuration outside the ones built (cutlass_built) or a
+// swizzle other than 1, 2, 4, 8.
 void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what);
 

@@ -1,4 +1,4 @@
-// cuda-cutlass wgrad: per-row scales on A and B (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), bf16 output.
+// cuda-cutlass wgrad: per-row scales on A and B (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), cluster 1x2x1, bf16 output.
 // One translation unit per configuration so that the build compiles them in parallel.
 #include "kernels/cutlass_gemm.cuh"
 

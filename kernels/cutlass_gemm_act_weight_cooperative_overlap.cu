@@ -1,4 +1,4 @@
-// cuda-cutlass fwd and dgrad: per-row A scales, one scale per 128x128 B tile (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), bf16 output.
+// cuda-cutlass fwd and dgrad: per-row A scales, one scale per 128x128 B tile (cutlass_gemm.cuh): cooperative schedule, fp8moe's mainloop (the fold under the next wgmma), cluster 1x2x1, bf16 output.
 // One translation unit per configuration so that the build compiles them in parallel.
 #include "kernels/cutlass_gemm.cuh"
 

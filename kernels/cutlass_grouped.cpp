@@ -24,6 +24,8 @@ FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_cutlass)
 FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_overlap)
 FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_cutlass)
 FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_overlap)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_overlap_cluster21)
+FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_overlap_cluster21)
 #undef FP8MOE_CUTLASS_LAUNCH
 
 const char* cutlass_schedule_name(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? "ping-pong" : "cooperative"; }
@@ -31,14 +33,31 @@ const char* cutlass_fold_name(CutlassFold f) {
   return f == CutlassFold::under_next_mma ? "fold under the next wgmma" : "fold after each wgmma";
 }
 const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
+const char* cutlass_cluster_name(CutlassCluster c) { return c == CutlassCluster::m2n1 ? "2x1x1" : "1x2x1"; }
+
+bool cutlass_built(const CutlassKernel& k, OutDtype out) {
+  const bool coop = k.schedule == CutlassSchedule::cooperative;
+  if (k.cluster == CutlassCluster::m2n1) return coop && k.fold == CutlassFold::under_next_mma && out == OutDtype::bf16;
+  return out == OutDtype::bf16 || (out == OutDtype::fp32 && coop && k.fold == CutlassFold::after_mma);
+}
 
 void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what) {
   if (k.swizzle != 1 && k.swizzle != 2 && k.swizzle != 4 && k.swizzle != 8) {
     fail(what, ": CUTLASS's tile scheduler swizzles by 1, 2, 4 or 8 tiles, not ", k.swizzle);
   }
+  if (!cutlass_built(k, out)) {
+    fail(what, ": the CUTLASS kernel ", cutlass_config_name(kind, k), " is not built for ", out_dtype_name(out),
+         " output (built: cluster 1x2x1 with every schedule and fold for bf16, and cooperative with CUTLASS's fold for"
+         " fp32; cluster 2x1x1 cooperative with fp8moe's fold for bf16)");
+  }
   using Launch = void (*)(const CutlassKernel&, OutDtype, std::span<const CutlassGroup>, CutlassScratch&, cudaStream_t,
                           const std::string&);
+  if (k.cluster == CutlassCluster::m2n1) {
+    (kind == ScaleKind::act_act ? cutlass_gemm_act_act_cooperative_overlap_cluster21
+                                : cutlass_gemm_act_weight_cooperative_overlap_cluster21)(k, out, groups, s, stream, what);
+    return;
+  }
   // [scales][schedule][fold]
   static constexpr Launch kLaunch[2][2][2] = {
       {{cutlass_gemm_act_weight_cooperative_cutlass, cutlass_gemm_act_weight_cooperative_overlap},
@@ -57,7 +76,8 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
 }
 
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
-  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster 1x2x1, ",
+  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster ",
+             cutlass_cluster_name(k.cluster), ", ",
              cutlass_schedule_name(k.schedule), ", ", cutlass_fold_name(k.fold), ", raster ", cutlass_raster_name(k.raster),
              " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
 }

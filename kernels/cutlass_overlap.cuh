@@ -103,7 +103,7 @@ struct OverlappedFold : Base {
     // The finished partial p of the k-block at `stage` into the accumulator (its stage still held).
     const auto fold = [&](auto& p, int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
-      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
+      if constexpr (kActWeight) copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
       warpgroup_fence_operand(p);
       if constexpr (kActWeight) {
         const Scale sb = sfb(_0{});
@@ -112,10 +112,26 @@ struct OverlappedFold : Base {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i);
       } else {
+        // B's scales, one per output column: a thread's accumulator elements come in pairs of
+        // adjacent columns (elements 2j, 2j+1 of wgmma's C fragment), so one 64-bit load reads a
+        // pair's two scales: half the shared-memory loads of one per element (ncu: this fold's
+        // scale loads made the L1/shared pipe wgrad's busiest unit).
+        const auto b_scales = tCsSFB(_, _, _, make_coord(_0{}, stage));
+        CUTE_STATIC_ASSERT_V((stride<0, 0>(b_scales) == Int<1>{}));
+        static_assert(decltype(size(accum))::value % 2 == 0, "C fragments hold column pairs");
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i) * sfb(i);
+        for (int i = 0; i < size(accum); i += 2) {
+          const float2 sb = *reinterpret_cast<const float2*>(&b_scales(i));
+          accum(i) += p(i) * sfa(i) * sb.x;
+          accum(i + 1) += p(i + 1) * sfa(i + 1) * sb.y;
+        }
       }
       warpgroup_fence_operand(accum);
+      // The scales must be read before the stage goes back to the producer: CUTLASS's release
+      // (mbarrier.arrive) is inline asm without a memory clobber, so without this the compiler may
+      // move the shared-memory loads above after it, and the producer's next TMA can overwrite the
+      // scales first (a wrong scale on a few outputs, never a crash).
+      asm volatile("" ::: "memory");
     };
 
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last

@@ -21,6 +21,8 @@ struct KernelBenchOptions {
   // Also time every CUTLASS kernel configuration (schedule x mainloop x tile walk) on every shape,
   // each checked bitwise first: the measurements behind cutlass_choose (kernels/cutlass_grouped.hpp).
   bool cutlass_tune = false;
+  // With cutlass_tune: only the configurations whose row name contains this (e.g. "co/ov"; empty: all).
+  std::string cutlass_only;
   std::string command;  // recorded in the file's "argv" attribute
 };
 

@@ -218,9 +218,10 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
 
 // The CUTLASS rows after each cuBLASLt row: "cutlass" (the backend's kernel, cutlass_choose),
 // "cutlass ex68" (CUTLASS example 68's configuration: cooperative, CUTLASS's own mainloop, along M),
-// and with --cutlass-tune every configuration, named "cutlass SS/FF/RW" (schedule co|pp, fold
-// ov = under the next wgmma | cl = CUTLASS's, raster M|N and swizzle W).
-std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_variants(bool tune) {
+// and with --cutlass-tune every configuration built for bf16, named "cutlass SS/FF/RW[/2x1]"
+// (schedule co|pp, fold ov = under the next wgmma | cl = CUTLASS's, raster M|N and swizzle W,
+// cluster 2x1x1 where named, else 1x2x1).
+std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_variants(bool tune, const std::string& only) {
   std::vector<std::pair<std::string, std::optional<CutlassKernel>>> v{
       {"cutlass", std::nullopt},
       {"cutlass ex68", CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 1}}};
@@ -230,12 +231,20 @@ std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_varian
       for (CutlassRaster r : {CutlassRaster::along_m, CutlassRaster::along_n}) {
         for (int w : {1, 2, 4, 8}) {
           if (f == CutlassFold::after_mma && w > 1) continue;  // CUTLASS's mainloop: the reference points
-          v.emplace_back(cat("cutlass ", sc == CutlassSchedule::pingpong ? "pp" : "co", "/",
-                             f == CutlassFold::under_next_mma ? "ov" : "cl", "/", r == CutlassRaster::along_n ? "N" : "M", w),
-                         CutlassKernel{sc, f, r, w});
+          for (CutlassCluster cl : {CutlassCluster::m1n2, CutlassCluster::m2n1}) {
+            const CutlassKernel k{sc, f, r, w, cl};
+            if (!cutlass_built(k, OutDtype::bf16) || (cl == CutlassCluster::m2n1 && w > 2)) continue;
+            std::string name = cat("cutlass ", sc == CutlassSchedule::pingpong ? "pp" : "co", "/",
+                                   f == CutlassFold::under_next_mma ? "ov" : "cl", "/", r == CutlassRaster::along_n ? "N" : "M", w,
+                                   cl == CutlassCluster::m2n1 ? "/2x1" : "");
+            if (name.find(only) != std::string::npos) v.emplace_back(std::move(name), k);
+          }
         }
       }
     }
+  }
+  if (v.size() == 2) {
+    fail("--cutlass-only '", only, "' names no CUTLASS configuration (rows are named like co/ov/M2, pp/cl/N1, co/ov/N1/2x1)");
   }
   return v;
 }
@@ -248,7 +257,8 @@ DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape
   return quantize<float>(r, x.get(), shape, offs, q);
 }
 
-void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, bool cutlass_tune) {
+void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[maybe_unused]] bool cutlass_tune,
+                    [[maybe_unused]] const std::string& only) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
@@ -256,7 +266,7 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, bool c
   const QuantOptions& q = opt.quant;
 #ifdef FP8MOE_HAVE_CUTLASS
   CutlassGrouped cut;
-  const auto variants = cutlass_variants(cutlass_tune);
+  const auto variants = cutlass_variants(cutlass_tune, only);
   const auto cutlass_rows = [&](Pass p, std::int64_t n_out, const ModelFn& model, const LtResult& r,
                                 const std::function<void(CutlassGrouped&, std::uint16_t*)>& call) {
     std::vector<std::uint16_t> first;  // the first row's output, checked against the model
@@ -384,7 +394,7 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 
 }  // namespace
 
-void bench_gemms(h5::Group* rows, bool cutlass_tune) {
+void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only) {
   std::printf("\n(baseline: a cublaslt row's is the per-tensor-scaled cuBLASLt loop; a cutlass row's the block-scaled "
               "cuBLASLt loop of the row above it)\n");
   std::printf("\n| backend          | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
@@ -394,7 +404,7 @@ void bench_gemms(h5::Group* rows, bool cutlass_tune) {
   // m-grouped shape (4, 8192, 4096, 7168), (16, 2048, 5120, 8192), Qwen3-MoE-like (16, 2048, 3072, 4096)
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
                          Shape{16, 2048, 5120, 8192}, Shape{16, 2048, 3072, 4096}}) {
-    bench_cublaslt(lt, s, rows, cutlass_tune);
+    bench_cublaslt(lt, s, rows, cutlass_tune, only);
   }
   bench_cuda_cores(Shape{4, 1024, 1024, 1024}, rows);
 }

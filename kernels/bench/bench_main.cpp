@@ -1,6 +1,6 @@
 // fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
-//   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune]
+//   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -25,8 +25,12 @@ int main(int argc, char** argv) {
       opt.gemm = false;
     } else if (a == "--cutlass-tune") {
       opt.cutlass_tune = true;
+    } else if (a == "--cutlass-only" && i + 1 < argc) {
+      opt.cutlass_tune = true;
+      opt.cutlass_only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune]\n");
+      std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] "
+                           "[--cutlass-only SUBSTRING]\n");
       return 2;
     }
   }

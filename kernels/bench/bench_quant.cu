@@ -171,7 +171,7 @@ int run_kernel_bench(const KernelBenchOptions& o) {
       bench_quant<float>(c, "fp32", opt, qrows ? &*qrows : nullptr);
     }
   }
-  if (o.gemm) bench::bench_gemms(grows ? &*grows : nullptr, o.cutlass_tune);
+  if (o.gemm) bench::bench_gemms(grows ? &*grows : nullptr, o.cutlass_tune, o.cutlass_only);
   if (const int bad = bench::failed_checks(); bad > 0) {
     // The figures of wrong results are not results: no file is published (the OutputFile removes
     // its temporary file), and the exit status says so.

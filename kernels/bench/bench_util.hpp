@@ -94,6 +94,7 @@ inline int& failed_checks() {
 
 // The GEMM table (bench_gemm.cu): every GPU backend's fwd, dgrad and wgrad at the production
 // shapes; rows also go to `rows` (one subgroup per row, attributes as columns) when given.
-void bench_gemms(h5::Group* rows, bool cutlass_tune);
+// cutlass_tune: also every CUTLASS configuration whose row name contains `only` (empty: all).
+void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only);
 
 }  // namespace fp8moe::kernels::bench

@@ -2,6 +2,7 @@
 // The per-rank math of a simulated mesh: quantizers, the three grouped passes, and the elementwise
 // ops of the SwiGLU expert layer. sim/ calls only this interface around its collectives, so a CUDA
 // backend (kernels/) drops in beside the reference one (reference/ on the CPU).
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,6 +63,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 // without CUDA is an Error saying what it needs.
 inline constexpr const char* kFastestBackend = "cuda-fastest";
 std::string resolve_backend(const std::string& name);
+// The backends that run the GPU's tensor cores, and so compute mode hopper-tc only (modelled bit
+// for bit by hopper-tc:cublas), fastest first: kFastestBackend resolves to the first one built.
+inline constexpr std::array<const char*, 2> kTensorCoreBackends{"cuda-cutlass", "cuda-cublaslt"};
+// Whether `name` is one of them or the alias for the fastest (built or not).
+bool runs_tensor_cores(const std::string& name);
 // The backend names this build knows, in a fixed order (the first is the default).
 const std::vector<std::string>& backend_names();
 // Why backend `name` cannot compute a pass with `opt` (its mode, promotion, format, ...), or empty

@@ -78,13 +78,21 @@ const std::vector<std::string>& backend_names() {
 
 std::string resolve_backend(const std::string& name) {
   if (name != kFastestBackend) return name;
-  for (const char* b : {"cuda-cutlass", "cuda-cublaslt"}) {
+  for (const char* b : kTensorCoreBackends) {
     for (const std::string& n : backend_names()) {
       if (n == b) return n;
     }
   }
   fail("backend '", kFastestBackend, "' is this build's fastest tensor-core backend (cuda-cutlass, else cuda-cublaslt), "
        "and this build has neither: configure on a machine with nvcc (and CUTLASS's headers: scripts/setup.sh)");
+}
+
+bool runs_tensor_cores(const std::string& name) {
+  if (name == kFastestBackend) return true;
+  for (const char* b : kTensorCoreBackends) {
+    if (name == b) return true;
+  }
+  return false;
 }
 
 namespace {

@@ -18,13 +18,19 @@ int cmd_bench(const Args& args) {
       ("force", po::bool_switch(), "overwrite an existing --h5 file")
       ("no-quant", po::bool_switch(), "skip the quantizer table")
       ("no-gemm", po::bool_switch(), "skip the GEMM table")
-      ("cutlass-tune", po::bool_switch(), "also time every CUTLASS kernel configuration on every shape (each checked bitwise first)");
+      ("cutlass-tune", po::bool_switch(), "also time every CUTLASS kernel configuration on every shape (each checked bitwise first)")
+      ("cutlass-only", po::value<std::string>(),
+       "--cutlass-tune with only the configurations whose row name contains this (e.g. co/ov: cooperative, fp8moe's fold)");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune]")) return 0;
+  if (!parse(args, desc, vm,
+             "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]")) {
+    return 0;
+  }
   kernels::KernelBenchOptions opt;
   opt.quant = !vm["no-quant"].as<bool>();
   opt.gemm = !vm["no-gemm"].as<bool>();
-  opt.cutlass_tune = vm["cutlass-tune"].as<bool>();
+  opt.cutlass_tune = vm["cutlass-tune"].as<bool>() || vm.count("cutlass-only");
+  if (vm.count("cutlass-only")) opt.cutlass_only = vm["cutlass-only"].as<std::string>();
   if (opt.cutlass_tune && !opt.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
   if (!opt.quant && !opt.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
   std::optional<results::OutputFile> out;  // checked and locked before anything runs

@@ -118,10 +118,7 @@ std::vector<scenarios::FlagValue> flag_values(const po::variables_map& vm) {
   }
   // cuBLASLt and CUTLASS run the tensor cores that hopper-tc:cublas models bit for bit, and no
   // other mode: with those backends and no --mode, run takes that one rather than refusing the default.
-  const auto tensor_core = [](const std::string& b) {
-    return b == "cuda-cublaslt" || b == "cuda-cutlass" || b == kFastestBackend;
-  };
-  if (!given("mode") && given("backend") && tensor_core(vm["backend"].as<std::string>())) {
+  if (!given("mode") && given("backend") && sim::runs_tensor_cores(vm["backend"].as<std::string>())) {
     out.push_back({Key::mode, "--mode", "hopper-tc:cublas"});
   }
   if (vm["pow2-scales"].as<bool>()) out.push_back({Key::pow2_scales, "--pow2-scales", "true"});

@@ -32,6 +32,10 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   CHECK(r.rc == 2);
   CHECK(r.lines() == 1);
   CHECK(r.output.find("drop --no-gemm") != std::string::npos);
+  r = bench("--no-gemm --cutlass-only co/ov");  // a filtered tune is a tune
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.output.find("drop --no-gemm") != std::string::npos);
 
   std::ofstream(out) << "not mine";  // an existing file is refused without --force
   r = bench("--no-gemm --h5 " + quote(out));
