@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,9 +33,11 @@ enum class ScaleKind { act_weight, act_act };
 // mainloop; instantiated for bf16 output). Both are the same arithmetic per output element.
 enum class CutlassSchedule { cooperative, pingpong };
 // Where the mainloop folds a 128-K block's partial into the accumulator: right after its own
-// wgmma (CUTLASS's collective) or under the next block's wgmma (fp8moe's mainloop,
-// kernels/cutlass_overlap.cuh). The same arithmetic per output element.
-enum class CutlassFold { after_mma, under_next_mma };
+// wgmma (CUTLASS's collective), under the next block's wgmma (fp8moe's mainloop with two partials,
+// kernels/cutlass_overlap.cuh), or right after its own wgmma in fp8moe's mainloop (one partial, the
+// scales read from shared memory as it folds: the registers of a 192-wide tile, where CUTLASS's
+// collective spills). The same arithmetic per output element.
+enum class CutlassFold { after_mma, under_next_mma, after_mma_own };
 // The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };
@@ -44,13 +47,15 @@ enum class CutlassRaster { along_m, along_n };
 enum class CutlassCluster { m1n2, m2n1 };
 
 // One CUTLASS kernel configuration (kernels/cutlass_grouped.hpp's cutlass_choose picks the
-// backend's per launch); cutlass_built says which are compiled.
+// backend's per launch); cutlass_built says which are compiled. The tile is 128 x tile_n x 128
+// (cooperative) or 64 x tile_n x 128 (ping-pong).
 struct CutlassKernel {
   CutlassSchedule schedule = CutlassSchedule::cooperative;
   CutlassFold fold = CutlassFold::under_next_mma;
   CutlassRaster raster = CutlassRaster::along_m;
   int swizzle = 1;
   CutlassCluster cluster = CutlassCluster::m1n2;
+  int tile_n = 128;
   bool operator==(const CutlassKernel&) const = default;
 };
 const char* cutlass_schedule_name(CutlassSchedule s);
@@ -58,11 +63,17 @@ const char* cutlass_fold_name(CutlassFold f);
 const char* cutlass_raster_name(CutlassRaster r);
 const char* cutlass_cluster_name(CutlassCluster c);
 
-// Whether the kernel of `k` is compiled for output `out`: with cluster 1x2x1 every schedule and
-// fold for bf16, and for fp32 the cooperative schedule with CUTLASS's fold (fp8moe's fold with fp32
-// output is not bitwise the model at production sizes: kernels/cutlass_gemm.cuh); with cluster
-// 2x1x1 the cooperative schedule with fp8moe's fold, bf16 only. (The swizzle is a launch argument.)
-bool cutlass_built(const CutlassKernel& k, OutDtype out);
+// A compiled kernel: kernels/cutlass_kernels.def's line (raster and swizzle are launch arguments,
+// left at their defaults here); fp32: built for fp32 output as well as bf16.
+struct CutlassBuiltKernel {
+  ScaleKind kind;
+  CutlassKernel kernel;
+  bool fp32;
+};
+// Every compiled kernel, in cutlass_kernels.def's order (empty where CUTLASS was not found).
+std::span<const CutlassBuiltKernel> cutlass_built_kernels();
+// Whether the kernel of `k` (any raster and swizzle) is compiled for `kind` and output `out`.
+bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out);
 
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;
@@ -76,16 +87,26 @@ struct CutlassGroup {
   const float* sfb = nullptr;
 };
 
-// Buffers a CutlassGrouped keeps between launches (they only grow).
+// Buffers a CutlassGrouped keeps between launches (they only grow), and its last launch's CUTLASS
+// kernel object: a launch whose configuration and groups (shapes, pointers, strides) equal the
+// last one's runs that object again, without uploading the argument arrays or initializing.
 struct CutlassScratch {
-  DeviceBuffer<std::uint8_t> args;       // the groups' argument arrays, one upload per launch
+  DeviceBuffer<std::uint8_t> args;       // the groups' argument arrays
   DeviceBuffer<std::uint8_t> workspace;  // CUTLASS's workspace
   std::vector<std::uint8_t> host;        // staging of `args`
   int sm_count = 0;                      // the device's SMs, asked once
+  std::shared_ptr<void> gemm;            // the last launch's initialized CUTLASS object
+  const void* gemm_type = nullptr;       // its configuration (one tag per instantiation)
+  std::vector<std::uint8_t> gemm_key;    // its `host` bytes, raster and swizzle
+  std::int64_t reused = 0;               // launches that reran it (tests and the bench report it)
 };
 
 // What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
+// The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
+// f1 (fp8moe's, one partial), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n192 for a
+// 192-wide tile: "co/ov/M2", "co/f1/N1/n192".
+std::string cutlass_short_name(const CutlassKernel& k);
 
 // Launches the grouped GEMM on `stream`; an Error names `what` and CUTLASS's refusal or status.
 // out: bf16 or fp32 (fp64 is refused by the caller).

@@ -2,70 +2,92 @@
 #include "kernels/cutlass_grouped.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <vector>
 
 #include "kernels/cutlass_gemm.hpp"
+#include "kernels/cutlass_units.hpp"
 #include "kernels/scale_layout.hpp"
 #include "reference/grouped_plan.hpp"
 #include "reference/groups.hpp"
 
 namespace fp8moe::kernels {
 
-// The launches, one translation unit each (cutlass_gemm_<scales>_<schedule>_<fold>.cu).
-#define FP8MOE_CUTLASS_LAUNCH(name)                                                                               \
-  void name(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s, \
-            cudaStream_t stream, const std::string& what);
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_cutlass)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_overlap)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_pingpong_cutlass)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_pingpong_overlap)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_cutlass)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_overlap)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_cutlass)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_pingpong_overlap)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_weight_cooperative_overlap_cluster21)
-FP8MOE_CUTLASS_LAUNCH(cutlass_gemm_act_act_cooperative_overlap_cluster21)
-#undef FP8MOE_CUTLASS_LAUNCH
+namespace {
+
+// kernels/cutlass_kernels.def's lines with their launch functions.
+struct Unit {
+  CutlassBuiltKernel built;
+  CutlassLaunch launch;
+};
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                                     \
+  Unit{{ScaleKind::kind,                                                                                          \
+        CutlassKernel{CutlassSchedule::schedule, CutlassFold::fold, CutlassRaster::along_m, 1, CutlassCluster::cluster, \
+                      tile_n},                                                                                    \
+        FP8MOE_CUTLASS_FP32_##outputs},                                                                           \
+       &FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)},
+const Unit kUnits[] = {
+#include "kernels/cutlass_kernels.def"
+};
+#undef FP8MOE_CUTLASS_KERNEL
+constexpr std::size_t kNumUnits = sizeof kUnits / sizeof kUnits[0];
+
+const CutlassBuiltKernel* built_array() {
+  static const auto all = [] {
+    std::array<CutlassBuiltKernel, kNumUnits> a{};
+    for (std::size_t i = 0; i < kNumUnits; ++i) a[i] = kUnits[i].built;
+    return a;
+  }();
+  return all.data();
+}
+
+// The unit that runs `k` for `kind` and output `out` (raster and swizzle are launch arguments), or null.
+const Unit* find_unit(ScaleKind kind, const CutlassKernel& k, OutDtype out) {
+  for (const Unit& u : kUnits) {
+    const CutlassKernel& b = u.built.kernel;
+    if (u.built.kind == kind && b.schedule == k.schedule && b.fold == k.fold && b.cluster == k.cluster &&
+        b.tile_n == k.tile_n && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.built.fp32))) {
+      return &u;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 const char* cutlass_schedule_name(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? "ping-pong" : "cooperative"; }
 const char* cutlass_fold_name(CutlassFold f) {
-  return f == CutlassFold::under_next_mma ? "fold under the next wgmma" : "fold after each wgmma";
+  switch (f) {
+    case CutlassFold::under_next_mma: return "fold under the next wgmma";
+    case CutlassFold::after_mma_own: return "fold after each wgmma (fp8moe's mainloop)";
+    case CutlassFold::after_mma: break;
+  }
+  return "fold after each wgmma";
 }
 const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
 const char* cutlass_cluster_name(CutlassCluster c) { return c == CutlassCluster::m2n1 ? "2x1x1" : "1x2x1"; }
 
-bool cutlass_built(const CutlassKernel& k, OutDtype out) {
-  const bool coop = k.schedule == CutlassSchedule::cooperative;
-  if (k.cluster == CutlassCluster::m2n1) return coop && k.fold == CutlassFold::under_next_mma && out == OutDtype::bf16;
-  return out == OutDtype::bf16 || (out == OutDtype::fp32 && coop && k.fold == CutlassFold::after_mma);
-}
+std::span<const CutlassBuiltKernel> cutlass_built_kernels() { return {built_array(), kNumUnits}; }
+
+bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out) { return find_unit(kind, k, out) != nullptr; }
 
 void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what) {
   if (k.swizzle != 1 && k.swizzle != 2 && k.swizzle != 4 && k.swizzle != 8) {
     fail(what, ": CUTLASS's tile scheduler swizzles by 1, 2, 4 or 8 tiles, not ", k.swizzle);
   }
-  if (!cutlass_built(k, out)) {
+  const Unit* u = find_unit(kind, k, out);
+  if (u == nullptr) {
+    std::string built;
+    for (const Unit& b : kUnits) {
+      if (b.built.kind != kind) continue;
+      built += cat(built.empty() ? "" : "; ", cutlass_short_name(b.built.kernel), b.built.fp32 ? " (bf16, fp32)" : " (bf16)");
+    }
     fail(what, ": the CUTLASS kernel ", cutlass_config_name(kind, k), " is not built for ", out_dtype_name(out),
-         " output (built: cluster 1x2x1 with every schedule and fold for bf16, and cooperative with CUTLASS's fold for"
-         " fp32; cluster 2x1x1 cooperative with fp8moe's fold for bf16)");
+         " output (built for these scales, any raster and swizzle: ", built, "; kernels/cutlass_kernels.def lists them)");
   }
-  using Launch = void (*)(const CutlassKernel&, OutDtype, std::span<const CutlassGroup>, CutlassScratch&, cudaStream_t,
-                          const std::string&);
-  if (k.cluster == CutlassCluster::m2n1) {
-    (kind == ScaleKind::act_act ? cutlass_gemm_act_act_cooperative_overlap_cluster21
-                                : cutlass_gemm_act_weight_cooperative_overlap_cluster21)(k, out, groups, s, stream, what);
-    return;
-  }
-  // [scales][schedule][fold]
-  static constexpr Launch kLaunch[2][2][2] = {
-      {{cutlass_gemm_act_weight_cooperative_cutlass, cutlass_gemm_act_weight_cooperative_overlap},
-       {cutlass_gemm_act_weight_pingpong_cutlass, cutlass_gemm_act_weight_pingpong_overlap}},
-      {{cutlass_gemm_act_act_cooperative_cutlass, cutlass_gemm_act_act_cooperative_overlap},
-       {cutlass_gemm_act_act_pingpong_cutlass, cutlass_gemm_act_act_pingpong_overlap}}};
-  kLaunch[kind == ScaleKind::act_act][k.schedule == CutlassSchedule::pingpong][k.fold == CutlassFold::under_next_mma](
-      k, out, groups, s, stream, what);
+  u->launch(k, out, groups, s, stream, what);
 }
 
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
@@ -76,10 +98,16 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
 }
 
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
-  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? "64x128x128" : "128x128x128", ", cluster ",
+  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? 64 : 128, "x", k.tile_n, "x128, cluster ",
              cutlass_cluster_name(k.cluster), ", ",
              cutlass_schedule_name(k.schedule), ", ", cutlass_fold_name(k.fold), ", raster ", cutlass_raster_name(k.raster),
              " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+}
+
+std::string cutlass_short_name(const CutlassKernel& k) {
+  const char* fold = k.fold == CutlassFold::under_next_mma ? "ov" : k.fold == CutlassFold::after_mma_own ? "f1" : "cl";
+  return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold, "/", k.raster == CutlassRaster::along_n ? "N" : "M",
+             k.swizzle, k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
 }
 
 CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n) {
@@ -108,6 +136,8 @@ int as_int(std::int64_t v, const char* what, const char* pass) {
 
 CutlassGrouped::CutlassGrouped() : s_(std::make_unique<State>()) {}
 CutlassGrouped::~CutlassGrouped() = default;
+
+std::int64_t CutlassGrouped::reused_launches() const { return s_->scratch.reused; }
 
 void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuantized& rhs,
                          std::span<const std::int32_t> offs, const GemmOptions& opt, void* out, cudaStream_t stream) {

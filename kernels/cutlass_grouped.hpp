@@ -56,6 +56,9 @@ class CutlassGrouped {
 
   // The last launch: "tile 128x128x128, cluster 1x2x1, cooperative, scales ..., G groups".
   const std::string& last_config() const { return last_config_; }
+  // Launches that reran the previous launch's initialized CUTLASS kernel (same configuration,
+  // shapes, pointers and strides: no argument upload, no initialization; CutlassScratch).
+  std::int64_t reused_launches() const;
   // The kernel of later launches (by default cutlass_choose's for each pass); std::nullopt: the default again.
   void set_kernel(std::optional<CutlassKernel> k) { kernel_ = k; }
 

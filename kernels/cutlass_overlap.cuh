@@ -18,6 +18,12 @@
 // warpgroup tile). A k-block's scales are read from shared memory just before its fold, while its
 // stage is still held.
 //
+// With kPartials = 1 the same mainloop folds each k-block right after its own wgmma, as CUTLASS's
+// collective does, but reads the scales from shared memory as it folds instead of copying a
+// k-block's scales into registers first: CUTLASS's collective spills with a 192-wide tile (96
+// accumulator floats, 96 partial floats and a register copy of the per-column scales a thread);
+// this one fits (cutlass_kernels.def, SPEC 15.5).
+//
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
@@ -25,8 +31,8 @@
 
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base>
-struct OverlappedFold : Base {
+template <class Base, int kPartials>
+struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
   using typename Base::PipelineState;
@@ -44,6 +50,7 @@ struct OverlappedFold : Base {
   static constexpr bool kActAct = Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile > 1;
   static_assert(kActWeight || kActAct, "fp8moe's mainloop covers per-row A scales only (1x128 activations)");
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
+  static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
 
   template <class Accum>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, Accum& accum, int k_tile_count,
@@ -137,38 +144,56 @@ struct OverlappedFold : Base {
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
-    auto token = pipeline.consumer_try_wait(smem_pipe_read);
-    pipeline.consumer_wait(smem_pipe_read, token);
-    int held = smem_pipe_read.index();  // the stage of the partial in flight
-    issue(p0, held);
-    ++smem_pipe_read;
-    // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
-    const auto step = [&](auto& next, auto& prev) {
-      token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, token);
-      const int stage = smem_pipe_read.index();
-      issue(next, stage);
-      ++smem_pipe_read;
-      warpgroup_wait<1>();
-      fold(prev, held);
-      pipeline.consumer_release(release);
-      ++release;
-      held = stage;
-    };
-    int left = k_tile_count - 1;
-    CUTLASS_PRAGMA_NO_UNROLL
-    while (left >= 2) {
-      step(p1, p0);
-      step(p0, p1);
-      left -= 2;
-    }
-    if (left == 1) {
-      step(p1, p0);
-      warpgroup_wait<0>();
-      fold(p1, held);
+    if constexpr (kPartials == 1) {
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int left = k_tile_count; left > 0; --left) {
+        auto token = pipeline.consumer_try_wait(smem_pipe_read);
+        pipeline.consumer_wait(smem_pipe_read, token);
+        const int stage = smem_pipe_read.index();
+        issue(p0, stage);
+        ++smem_pipe_read;
+        warpgroup_wait<0>();
+        fold(p0, stage);
+        if (left > 1) {
+          pipeline.consumer_release(release);
+          ++release;
+        }
+      }
+      return;
     } else {
-      warpgroup_wait<0>();
-      fold(p0, held);
+      auto token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, token);
+      int held = smem_pipe_read.index();  // the stage of the partial in flight
+      issue(p0, held);
+      ++smem_pipe_read;
+      // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
+      const auto step = [&](auto& next, auto& prev) {
+        token = pipeline.consumer_try_wait(smem_pipe_read);
+        pipeline.consumer_wait(smem_pipe_read, token);
+        const int stage = smem_pipe_read.index();
+        issue(next, stage);
+        ++smem_pipe_read;
+        warpgroup_wait<1>();
+        fold(prev, held);
+        pipeline.consumer_release(release);
+        ++release;
+        held = stage;
+      };
+      int left = k_tile_count - 1;
+      CUTLASS_PRAGMA_NO_UNROLL
+      while (left >= 2) {
+        step(p1, p0);
+        step(p0, p1);
+        left -= 2;
+      }
+      if (left == 1) {
+        step(p1, p0);
+        warpgroup_wait<0>();
+        fold(p1, held);
+      } else {
+        warpgroup_wait<0>();
+        fold(p0, held);
+      }
     }
   }
 };

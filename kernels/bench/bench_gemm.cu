@@ -8,8 +8,10 @@
 // per_tensor), so "vs per-tensor" is what block scaling costs. Where CUTLASS was built, cutlass
 // rows follow each cublaslt row: the same pass on the same codes in one grouped launch
 // (kernels/cutlass_grouped.hpp), their baseline the cuBLASLt block-scaled loop timed just before:
-// "cutlass" (the backend's kernel), "cutlass ex68" (CUTLASS example 68's configuration), and with
-// --cutlass-tune every configuration (cutlass_variants).
+// "cutlass" (the backend's kernel), "cutlass re-init" (the same with every launch uploading and
+// initializing its arguments again, against the "cutlass" row: what the argument cache saves),
+// "cutlass ex68" (CUTLASS example 68's configuration), and with --cutlass-tune every configuration
+// (cutlass_variants).
 // Data: kernels/datagen normal, fp32.
 //
 // Checked before timed (the `wrong` column; outputs start as the NaN sentinel, so an element a
@@ -213,40 +215,66 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
   if (drift) c.how += "; timed output differs from the checked one";
   row(rows, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run",
       cut.last_config());
+  if (name == "cutlass") {
+    // The same kernel with every launch re-initialized (two output buffers in turn, so no launch
+    // reruns the previous one's CUTLASS object): what the argument cache saves a call
+    // (CutlassScratch), against the row above as baseline.
+    DeviceBuffer<std::uint16_t> alt(n);
+    alt.fill_sentinel();
+    bool flip = false;
+    const std::int64_t reused = cut.reused_launches();
+    const double reinit_ms = median_ms([&] {
+      call(flip ? alt.get() : out.get());
+      flip = !flip;
+    });
+    FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass re-init timing", s));
+    Check r{bytes_differ(download(alt.get(), n), checked) + bytes_differ(download(out.get(), n), checked),
+            "both buffers bitwise the cutlass row's checked output"};
+    if (cut.reused_launches() != reused) {
+      ++r.wrong;
+      r.how += "; a launch reran the cached object";
+    }
+    row(rows, "cutlass re-init", p, s, reinit_ms, r, ms, "the cutlass row (its launches rerun the cached CUTLASS object)",
+        cut.last_config());
+  }
   return checked;
 }
 
 // The CUTLASS rows after each cuBLASLt row: "cutlass" (the backend's kernel, cutlass_choose),
 // "cutlass ex68" (CUTLASS example 68's configuration: cooperative, CUTLASS's own mainloop, along M),
-// and with --cutlass-tune every configuration built for bf16, named "cutlass SS/FF/RW[/2x1]"
-// (schedule co|pp, fold ov = under the next wgmma | cl = CUTLASS's, raster M|N and swizzle W,
-// cluster 2x1x1 where named, else 1x2x1).
-std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_variants(bool tune, const std::string& only) {
+// and with --cutlass-tune every kernel built for `kind` and bf16 (kernels/cutlass_kernels.def) in
+// several tile walks, named by cutlass_short_name ("cutlass co/ov/M2"): CUTLASS's mainloop only
+// with swizzle 1 (the reference points), cluster 2x1x1 with swizzle 1 and 2; those whose name
+// contains `only`.
+std::vector<std::pair<std::string, std::optional<CutlassKernel>>> cutlass_variants(ScaleKind kind, bool tune,
+                                                                                    const std::string& only) {
   std::vector<std::pair<std::string, std::optional<CutlassKernel>>> v{
       {"cutlass", std::nullopt},
       {"cutlass ex68", CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 1}}};
   if (!tune) return v;
-  for (CutlassSchedule sc : {CutlassSchedule::cooperative, CutlassSchedule::pingpong}) {
-    for (CutlassFold f : {CutlassFold::under_next_mma, CutlassFold::after_mma}) {
-      for (CutlassRaster r : {CutlassRaster::along_m, CutlassRaster::along_n}) {
-        for (int w : {1, 2, 4, 8}) {
-          if (f == CutlassFold::after_mma && w > 1) continue;  // CUTLASS's mainloop: the reference points
-          for (CutlassCluster cl : {CutlassCluster::m1n2, CutlassCluster::m2n1}) {
-            const CutlassKernel k{sc, f, r, w, cl};
-            if (!cutlass_built(k, OutDtype::bf16) || (cl == CutlassCluster::m2n1 && w > 2)) continue;
-            std::string name = cat("cutlass ", sc == CutlassSchedule::pingpong ? "pp" : "co", "/",
-                                   f == CutlassFold::under_next_mma ? "ov" : "cl", "/", r == CutlassRaster::along_n ? "N" : "M", w,
-                                   cl == CutlassCluster::m2n1 ? "/2x1" : "");
-            if (name.find(only) != std::string::npos) v.emplace_back(std::move(name), k);
-          }
-        }
+  for (const CutlassBuiltKernel& b : cutlass_built_kernels()) {
+    if (b.kind != kind) continue;
+    for (CutlassRaster r : {CutlassRaster::along_m, CutlassRaster::along_n}) {
+      for (int w : {1, 2, 4, 8}) {
+        if (b.kernel.fold == CutlassFold::after_mma && w > 1) continue;
+        if (b.kernel.cluster == CutlassCluster::m2n1 && w > 2) continue;
+        CutlassKernel k = b.kernel;
+        k.raster = r;
+        k.swizzle = w;
+        std::string name = "cutlass " + cutlass_short_name(k);
+        if (name.find(only) != std::string::npos) v.emplace_back(std::move(name), k);
       }
     }
   }
-  if (v.size() == 2) {
-    fail("--cutlass-only '", only, "' names no CUTLASS configuration (rows are named like co/ov/M2, pp/cl/N1, co/ov/N1/2x1)");
-  }
   return v;
+}
+
+// Refuses a --cutlass-only filter that names no tuned configuration of either scale kind.
+void check_cutlass_only(bool tune, const std::string& only) {
+  if (!tune || only.empty()) return;
+  if (cutlass_variants(ScaleKind::act_weight, true, only).size() == 2 && cutlass_variants(ScaleKind::act_act, true, only).size() == 2) {
+    fail("--cutlass-only '", only, "' names no CUTLASS configuration (rows are named like co/ov/M2, pp/cl/M1, co/ov/N1/2x1, co/f1/M1/n192)");
+  }
 }
 #endif
 
@@ -266,11 +294,11 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[mayb
   const QuantOptions& q = opt.quant;
 #ifdef FP8MOE_HAVE_CUTLASS
   CutlassGrouped cut;
-  const auto variants = cutlass_variants(cutlass_tune, only);
   const auto cutlass_rows = [&](Pass p, std::int64_t n_out, const ModelFn& model, const LtResult& r,
                                 const std::function<void(CutlassGrouped&, std::uint16_t*)>& call) {
     std::vector<std::uint16_t> first;  // the first row's output, checked against the model
-    for (const auto& [name, k] : variants) {
+    for (const auto& [name, k] :
+         cutlass_variants(p == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight, cutlass_tune, only)) {
       cut.set_kernel(k);
       std::vector<std::uint16_t> got = cutlass_pass(name, cut, p, s, n_out, opt, [&](std::uint16_t* out) { call(cut, out); },
                                                     model, r, rows, first.empty() ? nullptr : &first);
@@ -395,6 +423,9 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 }  // namespace
 
 void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only) {
+#ifdef FP8MOE_HAVE_CUTLASS
+  check_cutlass_only(cutlass_tune, only);
+#endif
   std::printf("\n(baseline: a cublaslt row's is the per-tensor-scaled cuBLASLt loop; a cutlass row's the block-scaled "
               "cuBLASLt loop of the row above it)\n");
   std::printf("\n| backend          | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
