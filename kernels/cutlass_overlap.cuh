@@ -141,17 +141,22 @@ struct FoldMainloop : Base {
       asm volatile("" ::: "memory");
     };
 
+    // Waits for the next stage's buffers and issues its k-block into the partial p; its stage.
+    const auto next_block = [&](auto& p) {
+      auto token = pipeline.consumer_try_wait(smem_pipe_read);
+      pipeline.consumer_wait(smem_pipe_read, token);
+      const int stage = smem_pipe_read.index();
+      issue(p, stage);
+      ++smem_pipe_read;
+      return stage;
+    };
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
     if constexpr (kPartials == 1) {
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
-        auto token = pipeline.consumer_try_wait(smem_pipe_read);
-        pipeline.consumer_wait(smem_pipe_read, token);
-        const int stage = smem_pipe_read.index();
-        issue(p0, stage);
-        ++smem_pipe_read;
+        const int stage = next_block(p0);
         warpgroup_wait<0>();
         fold(p0, stage);
         if (left > 1) {
@@ -159,20 +164,11 @@ struct FoldMainloop : Base {
           ++release;
         }
       }
-      return;
     } else {
-      auto token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, token);
-      int held = smem_pipe_read.index();  // the stage of the partial in flight
-      issue(p0, held);
-      ++smem_pipe_read;
+      int held = next_block(p0);  // the stage of the partial in flight
       // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
       const auto step = [&](auto& next, auto& prev) {
-        token = pipeline.consumer_try_wait(smem_pipe_read);
-        pipeline.consumer_wait(smem_pipe_read, token);
-        const int stage = smem_pipe_read.index();
-        issue(next, stage);
-        ++smem_pipe_read;
+        const int stage = next_block(next);
         warpgroup_wait<1>();
         fold(prev, held);
         pipeline.consumer_release(release);
