@@ -91,29 +91,45 @@ struct Config {
   using Shape3 = typename ProblemShape::UnderlyingProblemShape;
 };
 
-// Packs the groups' argument arrays into one buffer (one upload) and returns the device pointers.
+// Where each of the groups' argument arrays lies in the packed buffer (bytes from its start).
+struct Offsets {
+  std::size_t shapes, a, b, d, sfa, sfb, sa, sb, sd, lsfa, lsfb;
+};
+
+// The device pointers of the argument arrays packed at `base`.
 template <class C>
 struct Packed {
-  typename C::Shape3* shapes = nullptr;
-  const typename C::ElementA** a = nullptr;
-  const typename C::ElementB** b = nullptr;
-  typename C::Gemm::ElementD** d = nullptr;
-  const float** sfa = nullptr;
-  const float** sfb = nullptr;
-  typename C::StrideA* sa = nullptr;
-  typename C::StrideB* sb = nullptr;
-  typename C::StrideD* sd = nullptr;
-  typename C::LayoutSFA* lsfa = nullptr;
-  typename C::LayoutSFB* lsfb = nullptr;
+  Packed(std::uint8_t* base, const Offsets& o)
+      : shapes(reinterpret_cast<typename C::Shape3*>(base + o.shapes)),
+        a(reinterpret_cast<const typename C::ElementA**>(base + o.a)),
+        b(reinterpret_cast<const typename C::ElementB**>(base + o.b)),
+        d(reinterpret_cast<typename C::Gemm::ElementD**>(base + o.d)),
+        sfa(reinterpret_cast<const float**>(base + o.sfa)),
+        sfb(reinterpret_cast<const float**>(base + o.sfb)),
+        sa(reinterpret_cast<typename C::StrideA*>(base + o.sa)),
+        sb(reinterpret_cast<typename C::StrideB*>(base + o.sb)),
+        sd(reinterpret_cast<typename C::StrideD*>(base + o.sd)),
+        lsfa(reinterpret_cast<typename C::LayoutSFA*>(base + o.lsfa)),
+        lsfb(reinterpret_cast<typename C::LayoutSFB*>(base + o.lsfb)) {}
+  typename C::Shape3* shapes;
+  const typename C::ElementA** a;
+  const typename C::ElementB** b;
+  typename C::Gemm::ElementD** d;
+  const float** sfa;
+  const float** sfb;
+  typename C::StrideA* sa;
+  typename C::StrideB* sb;
+  typename C::StrideD* sd;
+  typename C::LayoutSFA* lsfa;
+  typename C::LayoutSFB* lsfb;
 };
 
 inline std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
 
-// The groups' argument arrays into s.host (with the Packed offsets relative to its start), and
-// their problem shapes into host_shapes.
+// Packs the groups' argument arrays into s.host (one upload) and their problem shapes into
+// host_shapes; returns where each array lies.
 template <class C>
-Packed<C> pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::Shape3>& host_shapes, CutlassScratch& s) {
-  using ElementD = typename C::Gemm::ElementD;
+Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::Shape3>& host_shapes, CutlassScratch& s) {
   const std::size_t G = groups.size();
   std::size_t off = 0;
   auto slot = [&](std::size_t bytes) {
@@ -121,21 +137,28 @@ Packed<C> pack_host(std::span<const CutlassGroup> groups, std::vector<typename C
     off = align_up(off + bytes);
     return at;
   };
-  const std::size_t o_shapes = slot(G * sizeof(typename C::Shape3)), o_a = slot(G * sizeof(void*)),
-                    o_b = slot(G * sizeof(void*)), o_d = slot(G * sizeof(void*)), o_sfa = slot(G * sizeof(void*)),
-                    o_sfb = slot(G * sizeof(void*)), o_sa = slot(G * sizeof(typename C::StrideA)),
-                    o_sb = slot(G * sizeof(typename C::StrideB)), o_sd = slot(G * sizeof(typename C::StrideD)),
-                    o_lsfa = slot(G * sizeof(typename C::LayoutSFA)), o_lsfb = slot(G * sizeof(typename C::LayoutSFB));
+  Offsets o{};
+  o.shapes = slot(G * sizeof(typename C::Shape3));
+  o.a = slot(G * sizeof(void*));
+  o.b = slot(G * sizeof(void*));
+  o.d = slot(G * sizeof(void*));
+  o.sfa = slot(G * sizeof(void*));
+  o.sfb = slot(G * sizeof(void*));
+  o.sa = slot(G * sizeof(typename C::StrideA));
+  o.sb = slot(G * sizeof(typename C::StrideB));
+  o.sd = slot(G * sizeof(typename C::StrideD));
+  o.lsfa = slot(G * sizeof(typename C::LayoutSFA));
+  o.lsfb = slot(G * sizeof(typename C::LayoutSFB));
   s.host.assign(off, 0);
-  auto at = [&](std::size_t o) { return s.host.data() + o; };
+  auto at = [&](std::size_t where) { return s.host.data() + where; };
   host_shapes.clear();
   for (std::size_t g = 0; g < G; ++g) {
     const CutlassGroup& x = groups[g];
     const typename C::Shape3 shape{x.m, x.n, x.k};
     host_shapes.push_back(shape);
-    std::memcpy(at(o_shapes) + g * sizeof shape, &shape, sizeof shape);
+    std::memcpy(at(o.shapes) + g * sizeof shape, &shape, sizeof shape);
     const void* ptrs[5] = {x.a, x.b, x.d, x.sfa, x.sfb};
-    const std::size_t pos[5] = {o_a, o_b, o_d, o_sfa, o_sfb};
+    const std::size_t pos[5] = {o.a, o.b, o.d, o.sfa, o.sfb};
     for (int i = 0; i < 5; ++i) std::memcpy(at(pos[i]) + g * sizeof(void*), &ptrs[i], sizeof(void*));
     // Packed strides, then each operand's own leading dimension (wgrad's views into (rows, M)).
     typename C::StrideA sa = cutlass::make_cute_packed_stride(typename C::StrideA{}, {x.m, x.k, 1});
@@ -144,54 +167,15 @@ Packed<C> pack_host(std::span<const CutlassGroup> groups, std::vector<typename C
     cute::get<0>(sa) = x.lda;
     cute::get<0>(sb) = x.ldb;
     cute::get<0>(sd) = x.ldd;
-    std::memcpy(at(o_sa) + g * sizeof sa, &sa, sizeof sa);
-    std::memcpy(at(o_sb) + g * sizeof sb, &sb, sizeof sb);
-    std::memcpy(at(o_sd) + g * sizeof sd, &sd, sizeof sd);
+    std::memcpy(at(o.sa) + g * sizeof sa, &sa, sizeof sa);
+    std::memcpy(at(o.sb) + g * sizeof sb, &sb, sizeof sb);
+    std::memcpy(at(o.sd) + g * sizeof sd, &sd, sizeof sd);
     const auto lsfa = C::ScaleConfig::tile_atom_to_shape_SFA(make_shape(x.m, x.n, x.k, 1));
     const auto lsfb = C::ScaleConfig::tile_atom_to_shape_SFB(make_shape(x.m, x.n, x.k, 1));
-    std::memcpy(at(o_lsfa) + g * sizeof lsfa, &lsfa, sizeof lsfa);
-    std::memcpy(at(o_lsfb) + g * sizeof lsfb, &lsfb, sizeof lsfb);
+    std::memcpy(at(o.lsfa) + g * sizeof lsfa, &lsfa, sizeof lsfa);
+    std::memcpy(at(o.lsfb) + g * sizeof lsfb, &lsfb, sizeof lsfb);
   }
-  std::uint8_t* base = nullptr;  // offsets; upload() rebases them
-  Packed<C> p;
-  p.shapes = reinterpret_cast<typename C::Shape3*>(base + o_shapes);
-  p.a = reinterpret_cast<const typename C::ElementA**>(base + o_a);
-  p.b = reinterpret_cast<const typename C::ElementB**>(base + o_b);
-  p.d = reinterpret_cast<ElementD**>(base + o_d);
-  p.sfa = reinterpret_cast<const float**>(base + o_sfa);
-  p.sfb = reinterpret_cast<const float**>(base + o_sfb);
-  p.sa = reinterpret_cast<typename C::StrideA*>(base + o_sa);
-  p.sb = reinterpret_cast<typename C::StrideB*>(base + o_sb);
-  p.sd = reinterpret_cast<typename C::StrideD*>(base + o_sd);
-  p.lsfa = reinterpret_cast<typename C::LayoutSFA*>(base + o_lsfa);
-  p.lsfb = reinterpret_cast<typename C::LayoutSFB*>(base + o_lsfb);
-  return p;
-}
-
-// Uploads s.host into s.args and returns `offsets` rebased onto it.
-template <class C>
-Packed<C> upload(const Packed<C>& offsets, CutlassScratch& s, cudaStream_t stream, std::size_t groups, const std::string& what) {
-  const std::size_t bytes = s.host.size();
-  if (s.args.size() < bytes) s.args = DeviceBuffer<std::uint8_t>(bytes);
-  FP8MOE_CUDA_CHECK(cudaMemcpyAsync(s.args.get(), s.host.data(), bytes, cudaMemcpyHostToDevice, stream), what,
-                    ": uploading ", groups, " groups' CUTLASS arguments");
-  const auto rebase = [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    return reinterpret_cast<T*>(s.args.get() + reinterpret_cast<std::uintptr_t>(p));
-  };
-  Packed<C> p;
-  p.shapes = rebase(offsets.shapes);
-  p.a = rebase(offsets.a);
-  p.b = rebase(offsets.b);
-  p.d = rebase(offsets.d);
-  p.sfa = rebase(offsets.sfa);
-  p.sfb = rebase(offsets.sfb);
-  p.sa = rebase(offsets.sa);
-  p.sb = rebase(offsets.sb);
-  p.sd = rebase(offsets.sd);
-  p.lsfa = rebase(offsets.lsfa);
-  p.lsfb = rebase(offsets.lsfb);
-  return p;
+  return o;
 }
 
 template <class C>
@@ -204,7 +188,7 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
     s.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
   }
   std::vector<typename C::Shape3> host_shapes;
-  const Packed<C> offsets = pack_host<C>(groups, host_shapes, s);
+  const Offsets offsets = pack_host<C>(groups, host_shapes, s);
   // The same configuration and arguments as the last launch: run its initialized object again.
   static const char tag = 0;  // one per instantiation
   std::vector<std::uint8_t> key = s.host;
@@ -218,7 +202,10 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
     return;
   }
   s.gemm.reset();  // its arguments are about to be overwritten
-  const Packed<C> p = upload<C>(offsets, s, stream, groups.size(), what);
+  if (s.args.size() < s.host.size()) s.args = DeviceBuffer<std::uint8_t>(s.host.size());
+  FP8MOE_CUDA_CHECK(cudaMemcpyAsync(s.args.get(), s.host.data(), s.host.size(), cudaMemcpyHostToDevice, stream), what,
+                    ": uploading ", groups.size(), " groups' CUTLASS arguments");
+  const Packed<C> p(s.args.get(), offsets);
   cutlass::KernelHardwareInfo hw;
   hw.sm_count = s.sm_count;
   typename C::Gemm::Arguments args{
