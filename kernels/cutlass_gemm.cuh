@@ -178,6 +178,15 @@ Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::
   return o;
 }
 
+// What a launch keeps for the next one (CutlassScratch::gemm): the initialized kernel object and
+// the groups' host problem shapes its parameters point to (CUTLASS's grouped tile scheduler reads
+// them again at every run() to size the grid, so they must live as long as the object).
+template <class C>
+struct Initialized {
+  typename C::Gemm gemm;
+  std::vector<typename C::Shape3> host_shapes;
+};
+
 template <class C>
 void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassScratch& s, cudaStream_t stream,
          const std::string& what) {
@@ -195,13 +204,15 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   const int walk[3] = {static_cast<int>(k.raster), k.swizzle, s.sm_count};
   key.insert(key.end(), reinterpret_cast<const std::uint8_t*>(walk), reinterpret_cast<const std::uint8_t*>(walk + 3));
   if (s.gemm && s.gemm_type == &tag && s.gemm_key == key) {
-    const cutlass::Status st = static_cast<typename C::Gemm*>(s.gemm.get())->run(stream);
+    const cutlass::Status st = static_cast<Initialized<C>*>(s.gemm.get())->gemm.run(stream);
     if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
     FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
     ++s.reused;
     return;
   }
   s.gemm.reset();  // its arguments are about to be overwritten
+  auto fresh = std::make_shared<Initialized<C>>();
+  fresh->host_shapes = std::move(host_shapes);
   if (s.args.size() < s.host.size()) s.args = DeviceBuffer<std::uint8_t>(s.host.size());
   FP8MOE_CUDA_CHECK(cudaMemcpyAsync(s.args.get(), s.host.data(), s.host.size(), cudaMemcpyHostToDevice, stream), what,
                     ": uploading ", groups.size(), " groups' CUTLASS arguments");
@@ -210,7 +221,7 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   hw.sm_count = s.sm_count;
   typename C::Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGrouped,
-      {static_cast<int>(groups.size()), p.shapes, host_shapes.data()},
+      {static_cast<int>(groups.size()), p.shapes, fresh->host_shapes.data()},
       {p.a, p.sa, p.b, p.sb, p.sfa, p.lsfa, p.sfb, p.lsfb},
       {{}, nullptr, p.sd, p.d, p.sd},
       hw};
@@ -226,8 +237,7 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.raster_order = k.raster == CutlassRaster::along_n ? Raster::AlongN : Raster::AlongM;
   args.scheduler.max_swizzle_size = k.swizzle;
-  auto owned = std::make_shared<typename C::Gemm>();
-  typename C::Gemm& gemm = *owned;
+  typename C::Gemm& gemm = fresh->gemm;
   const cutlass::Status can = gemm.can_implement(args);
   if (can != cutlass::Status::kSuccess) {
     fail(what, ": CUTLASS cannot run this grouped GEMM (", cutlassGetStatusString(can), ", ", groups.size(),
@@ -240,7 +250,7 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
   if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
   FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
-  s.gemm = std::move(owned);
+  s.gemm = std::move(fresh);
   s.gemm_type = &tag;
   s.gemm_key = std::move(key);
 }
