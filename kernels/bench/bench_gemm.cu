@@ -221,7 +221,7 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
     // (CutlassScratch), against the row above as baseline.
     DeviceBuffer<std::uint16_t> alt(n);
     alt.fill_sentinel();
-    bool flip = false;
+    bool flip = true;  // the row above's last launch wrote `out`: start with the other buffer
     const std::int64_t reused = cut.reused_launches();
     const double reinit_ms = median_ms([&] {
       call(flip ? alt.get() : out.get());
