@@ -25,6 +25,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/util/packed_stride.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -48,7 +49,13 @@ template <ScaleKind kKind, class ElementD, CutlassSchedule kSchedule, CutlassFol
           int kTileN>
 struct Config {
   static constexpr bool kPingpong = kSchedule == CutlassSchedule::pingpong;
-  static constexpr int kScaleN = kKind == ScaleKind::act_weight ? 128 : 1;
+  // A tile wider than a 128x128 weight block straddles two of them: its B scales are expanded to
+  // one per column first (run, below) and fp8moe's mainloop folds them with act_weight's arithmetic.
+  static constexpr bool kExpandB = kKind == ScaleKind::act_weight && kTileN != 128;
+  static_assert(!kExpandB || kFold == CutlassFold::after_mma_own,
+                "a weight tile wider than 128 needs fp8moe's one-partial mainloop (CUTLASS's folds act_act's "
+                "arithmetic on per-column scales)");
+  static constexpr int kScaleN = kKind == ScaleKind::act_weight && !kExpandB ? 128 : 1;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -81,7 +88,7 @@ struct Config {
       KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
       cute::conditional_t<kFold == CutlassFold::after_mma, CutlassMainloop,
-                          FoldMainloop<CutlassMainloop, kFold == CutlassFold::under_next_mma ? 2 : 1>>;
+                          FoldMainloop<CutlassMainloop, kFold == CutlassFold::under_next_mma ? 2 : 1, kKind>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -93,8 +100,30 @@ struct Config {
 
 // Where each of the groups' argument arrays lies in the packed buffer (bytes from its start).
 struct Offsets {
-  std::size_t shapes, a, b, d, sfa, sfb, sa, sb, sd, lsfa, lsfb;
+  std::size_t shapes, a, b, d, sfa, sfb, sa, sb, sd, lsfa, lsfb, expand;
 };
+
+// One group's 128x128 weight-block scales, MN-major (k/128, ceil(n/128)), and where their
+// expansion to one per column, MN-major (k/128, n), goes (Config::kExpandB).
+struct ExpandB {
+  const float* src;
+  float* dst;
+  int n, kb;
+};
+
+// dst[kb][col] = src[kb][col / 128] for each group (blockIdx.y); a template so that each
+// translation unit's copy is the same one.
+template <int kBlock>
+__global__ void expand_block_scales(const ExpandB* groups) {
+  const ExpandB g = groups[blockIdx.y];
+  const int wb = (g.n + kBlock - 1) / kBlock;
+  const long long total = static_cast<long long>(g.n) * g.kb;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long kb = i / g.n, col = i % g.n;
+    g.dst[i] = __ldg(g.src + kb * wb + col / kBlock);
+  }
+}
 
 // The device pointers of the argument arrays packed at `base`.
 template <class C>
@@ -130,6 +159,14 @@ inline std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
 // host_shapes; returns where each array lies.
 template <class C>
 Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::Shape3>& host_shapes, CutlassScratch& s) {
+  // Expanded B scales (Config::kExpandB): each group's (k/128, n) floats in s.expanded.
+  std::vector<std::size_t> expanded_at(groups.size() + 1, 0);
+  if constexpr (C::kExpandB) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      expanded_at[g + 1] = expanded_at[g] + static_cast<std::size_t>(groups[g].n) * static_cast<std::size_t>(groups[g].k / 128);
+    }
+    if (s.expanded.size() < expanded_at.back()) s.expanded = DeviceBuffer<float>(expanded_at.back());
+  }
   const std::size_t G = groups.size();
   std::size_t off = 0;
   auto slot = [&](std::size_t bytes) {
@@ -149,6 +186,7 @@ Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::
   o.sd = slot(G * sizeof(typename C::StrideD));
   o.lsfa = slot(G * sizeof(typename C::LayoutSFA));
   o.lsfb = slot(G * sizeof(typename C::LayoutSFB));
+  o.expand = slot(C::kExpandB ? G * sizeof(ExpandB) : 0);
   s.host.assign(off, 0);
   auto at = [&](std::size_t where) { return s.host.data() + where; };
   host_shapes.clear();
@@ -157,7 +195,13 @@ Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::
     const typename C::Shape3 shape{x.m, x.n, x.k};
     host_shapes.push_back(shape);
     std::memcpy(at(o.shapes) + g * sizeof shape, &shape, sizeof shape);
-    const void* ptrs[5] = {x.a, x.b, x.d, x.sfa, x.sfb};
+    const void* sfb = x.sfb;
+    if constexpr (C::kExpandB) {
+      const ExpandB e{x.sfb, s.expanded.get() + expanded_at[g], x.n, x.k / 128};
+      std::memcpy(at(o.expand) + g * sizeof e, &e, sizeof e);
+      sfb = e.dst;
+    }
+    const void* ptrs[5] = {x.a, x.b, x.d, x.sfa, sfb};
     const std::size_t pos[5] = {o.a, o.b, o.d, o.sfa, o.sfb};
     for (int i = 0; i < 5; ++i) std::memcpy(at(pos[i]) + g * sizeof(void*), &ptrs[i], sizeof(void*));
     // Packed strides, then each operand's own leading dimension (wgrad's views into (rows, M)).
@@ -178,7 +222,7 @@ Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::
   return o;
 }
 
-// What a launch keeps for the next one (CutlassScratch::gemm): the initialized kernel object and
+// What a launch keeps for the next one (CutlassScratch::last): the initialized kernel object and
 // the groups' host problem shapes its parameters point to (CUTLASS's grouped tile scheduler reads
 // them again at every run() to size the grid, so they must live as long as the object).
 template <class C>
@@ -186,6 +230,21 @@ struct Initialized {
   typename C::Gemm gemm;
   std::vector<typename C::Shape3> host_shapes;
 };
+
+// Expands the groups' B scales (packed ExpandB arrays already on the device at `args`); every
+// launch, cached or not: the scales' values may change under the same pointers.
+template <class C>
+void expand_b(std::span<const CutlassGroup> groups, const std::uint8_t* args, const Offsets& o, cudaStream_t stream,
+              const std::string& what) {
+  if constexpr (C::kExpandB) {
+    long long most = 0;
+    for (const CutlassGroup& g : groups) most = std::max(most, static_cast<long long>(g.n) * (g.k / 128));
+    const unsigned blocks = static_cast<unsigned>(std::clamp((most + 255) / 256, 1LL, 1024LL));
+    expand_block_scales<128><<<dim3(blocks, static_cast<unsigned>(groups.size())), 256, 0, stream>>>(
+        reinterpret_cast<const ExpandB*>(args + o.expand));
+    FP8MOE_CUDA_CHECK_LAUNCH("cutlass: expanding the weight-block scales to one per column", what);
+  }
+}
 
 template <class C>
 void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassScratch& s, cudaStream_t stream,
@@ -203,19 +262,21 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   std::vector<std::uint8_t> key = s.host;
   const int walk[3] = {static_cast<int>(k.raster), k.swizzle, s.sm_count};
   key.insert(key.end(), reinterpret_cast<const std::uint8_t*>(walk), reinterpret_cast<const std::uint8_t*>(walk + 3));
-  if (s.gemm && s.gemm_type == &tag && s.gemm_key == key) {
-    const cutlass::Status st = static_cast<Initialized<C>*>(s.gemm.get())->gemm.run(stream);
+  if (s.last.object && s.last.type == &tag && s.last.key == key) {
+    expand_b<C>(groups, s.args.get(), offsets, stream, what);
+    const cutlass::Status st = static_cast<Initialized<C>*>(s.last.object.get())->gemm.run(stream);
     if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
     FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
     ++s.reused;
     return;
   }
-  s.gemm.reset();  // its arguments are about to be overwritten
+  s.last.object.reset();  // its arguments are about to be overwritten
   auto fresh = std::make_shared<Initialized<C>>();
   fresh->host_shapes = std::move(host_shapes);
   if (s.args.size() < s.host.size()) s.args = DeviceBuffer<std::uint8_t>(s.host.size());
   FP8MOE_CUDA_CHECK(cudaMemcpyAsync(s.args.get(), s.host.data(), s.host.size(), cudaMemcpyHostToDevice, stream), what,
                     ": uploading ", groups.size(), " groups' CUTLASS arguments");
+  expand_b<C>(groups, s.args.get(), offsets, stream, what);
   const Packed<C> p(s.args.get(), offsets);
   cutlass::KernelHardwareInfo hw;
   hw.sm_count = s.sm_count;
@@ -250,9 +311,7 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
   if (st != cutlass::Status::kSuccess) fail(what, ": CUTLASS grouped GEMM failed: ", cutlassGetStatusString(st));
   FP8MOE_CUDA_CHECK_LAUNCH("cutlass grouped gemm", what);
-  s.gemm = std::move(fresh);
-  s.gemm_type = &tag;
-  s.gemm_key = std::move(key);
+  s.last = {std::move(fresh), &tag, std::move(key)};
 }
 
 // One translation unit's launch (a line of cutlass_kernels.def): bf16 output, and fp32 where kFp32.

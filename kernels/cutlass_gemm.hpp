@@ -11,7 +11,9 @@
 //   ScaleKind::act_weight  A one scale per row and 128-K block, B one per 128x128 tile (fwd, dgrad)
 //   ScaleKind::act_act     A and B one scale per row and 128-K block (wgrad, contracted along tokens)
 // Scales are CUTLASS's MN-major layouts (the only ones its sm90 collective reads): sfa (k/128, m)
-// row-major, sfb (k/128, ceil(n/128)) or (k/128, n) row-major.
+// row-major, sfb (k/128, ceil(n/128)) (act_weight) or (k/128, n) (act_act) row-major. An
+// act_weight kernel with a tile wider than 128 expands sfb to one scale per column on the device
+// before each launch (a grid-stride copy, 4 bytes per column and k-block).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -93,20 +95,24 @@ struct CutlassGroup {
 struct CutlassScratch {
   DeviceBuffer<std::uint8_t> args;       // the groups' argument arrays
   DeviceBuffer<std::uint8_t> workspace;  // CUTLASS's workspace
+  DeviceBuffer<float> expanded;          // B's weight-block scales, one per column (tiles wider than 128)
   std::vector<std::uint8_t> host;        // staging of `args`
   int sm_count = 0;                      // the device's SMs, asked once
-  std::shared_ptr<void> gemm;            // the last launch's initialized CUTLASS object
-  const void* gemm_type = nullptr;       // its configuration (one tag per instantiation)
-  std::vector<std::uint8_t> gemm_key;    // its `host` bytes, raster and swizzle
-  std::int64_t reused = 0;               // launches that reran it (tests and the bench report it)
+  struct LastLaunch {
+    std::shared_ptr<void> object;   // the initialized CUTLASS object (with what it points to)
+    const void* type = nullptr;     // its configuration (one tag per instantiation)
+    std::vector<std::uint8_t> key;  // its `host` bytes, raster, swizzle and SM count
+  } last;
+  std::int64_t reused = 0;  // launches that reran `last` (tests and the bench report it)
 };
 
 // What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 // The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
 // f1 (fp8moe's, one partial), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n192 for a
-// 192-wide tile: "co/ov/M2", "co/f1/N1/n192".
-std::string cutlass_short_name(const CutlassKernel& k);
+// 192-wide tile: "co/ov/M2", "co/f1/N1/n192"; without the walk (raster and swizzle) where `walk`
+// is false: "co/f1/n192" (what a .def line fixes).
+std::string cutlass_short_name(const CutlassKernel& k, bool walk = true);
 
 // Launches the grouped GEMM on `stream`; an Error names `what` and CUTLASS's refusal or status.
 // out: bf16 or fp32 (fp64 is refused by the caller).

@@ -2,7 +2,8 @@
 #include "kernels/cutlass_grouped.hpp"
 
 #include <algorithm>
-#include <array>
+#include <cstddef>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -16,42 +17,36 @@ namespace fp8moe::kernels {
 
 namespace {
 
-// kernels/cutlass_kernels.def's lines with their launch functions.
-struct Unit {
-  CutlassBuiltKernel built;
-  CutlassLaunch launch;
-};
+// kernels/cutlass_kernels.def's lines, and their launch functions in the same order.
 #define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                                     \
-  Unit{{ScaleKind::kind,                                                                                          \
-        CutlassKernel{CutlassSchedule::schedule, CutlassFold::fold, CutlassRaster::along_m, 1, CutlassCluster::cluster, \
-                      tile_n},                                                                                    \
-        FP8MOE_CUTLASS_FP32_##outputs},                                                                           \
-       &FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)},
-const Unit kUnits[] = {
+  CutlassBuiltKernel{ScaleKind::kind,                                                                             \
+                     CutlassKernel{CutlassSchedule::schedule, CutlassFold::fold, CutlassRaster::along_m, 1,       \
+                                   CutlassCluster::cluster, tile_n},                                              \
+                     FP8MOE_CUTLASS_FP32_##outputs},
+const CutlassBuiltKernel kBuilt[] = {
 #include "kernels/cutlass_kernels.def"
 };
 #undef FP8MOE_CUTLASS_KERNEL
-constexpr std::size_t kNumUnits = sizeof kUnits / sizeof kUnits[0];
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs) \
+  &FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n),
+const CutlassLaunch kLaunch[] = {
+#include "kernels/cutlass_kernels.def"
+};
+#undef FP8MOE_CUTLASS_KERNEL
+static_assert(std::size(kBuilt) == std::size(kLaunch));
 
-const CutlassBuiltKernel* built_array() {
-  static const auto all = [] {
-    std::array<CutlassBuiltKernel, kNumUnits> a{};
-    for (std::size_t i = 0; i < kNumUnits; ++i) a[i] = kUnits[i].built;
-    return a;
-  }();
-  return all.data();
-}
-
-// The unit that runs `k` for `kind` and output `out` (raster and swizzle are launch arguments), or null.
-const Unit* find_unit(ScaleKind kind, const CutlassKernel& k, OutDtype out) {
-  for (const Unit& u : kUnits) {
-    const CutlassKernel& b = u.built.kernel;
-    if (u.built.kind == kind && b.schedule == k.schedule && b.fold == k.fold && b.cluster == k.cluster &&
-        b.tile_n == k.tile_n && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.built.fp32))) {
-      return &u;
+// The index of the kernel that runs `k` for `kind` and output `out` (raster and swizzle are
+// launch arguments), or -1.
+std::ptrdiff_t find_unit(ScaleKind kind, const CutlassKernel& k, OutDtype out) {
+  for (std::size_t i = 0; i < std::size(kBuilt); ++i) {
+    const CutlassBuiltKernel& u = kBuilt[i];
+    const CutlassKernel& b = u.kernel;
+    if (u.kind == kind && b.schedule == k.schedule && b.fold == k.fold && b.cluster == k.cluster &&
+        b.tile_n == k.tile_n && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.fp32))) {
+      return static_cast<std::ptrdiff_t>(i);
     }
   }
-  return nullptr;
+  return -1;
 }
 
 }  // namespace
@@ -68,26 +63,26 @@ const char* cutlass_fold_name(CutlassFold f) {
 const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
 const char* cutlass_cluster_name(CutlassCluster c) { return c == CutlassCluster::m2n1 ? "2x1x1" : "1x2x1"; }
 
-std::span<const CutlassBuiltKernel> cutlass_built_kernels() { return {built_array(), kNumUnits}; }
+std::span<const CutlassBuiltKernel> cutlass_built_kernels() { return kBuilt; }
 
-bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out) { return find_unit(kind, k, out) != nullptr; }
+bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out) { return find_unit(kind, k, out) >= 0; }
 
 void cutlass_grouped_gemm(ScaleKind kind, const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                           CutlassScratch& s, cudaStream_t stream, const std::string& what) {
   if (k.swizzle != 1 && k.swizzle != 2 && k.swizzle != 4 && k.swizzle != 8) {
     fail(what, ": CUTLASS's tile scheduler swizzles by 1, 2, 4 or 8 tiles, not ", k.swizzle);
   }
-  const Unit* u = find_unit(kind, k, out);
-  if (u == nullptr) {
+  const std::ptrdiff_t u = find_unit(kind, k, out);
+  if (u < 0) {
     std::string built;
-    for (const Unit& b : kUnits) {
-      if (b.built.kind != kind) continue;
-      built += cat(built.empty() ? "" : "; ", cutlass_short_name(b.built.kernel), b.built.fp32 ? " (bf16, fp32)" : " (bf16)");
+    for (const CutlassBuiltKernel& b : kBuilt) {
+      if (b.kind != kind) continue;
+      built += cat(built.empty() ? "" : "; ", cutlass_short_name(b.kernel, false), b.fp32 ? " (bf16, fp32)" : " (bf16)");
     }
     fail(what, ": the CUTLASS kernel ", cutlass_config_name(kind, k), " is not built for ", out_dtype_name(out),
          " output (built for these scales, any raster and swizzle: ", built, "; kernels/cutlass_kernels.def lists them)");
   }
-  u->launch(k, out, groups, s, stream, what);
+  kLaunch[u](k, out, groups, s, stream, what);
 }
 
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
@@ -104,10 +99,10 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
              " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
 }
 
-std::string cutlass_short_name(const CutlassKernel& k) {
+std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
   const char* fold = k.fold == CutlassFold::under_next_mma ? "ov" : k.fold == CutlassFold::after_mma_own ? "f1" : "cl";
-  return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold, "/", k.raster == CutlassRaster::along_n ? "N" : "M",
-             k.swizzle, k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
+  return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
+             walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(), k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
 }
 
 CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n) {

@@ -19,19 +19,28 @@
 // stage is still held.
 //
 // With kPartials = 1 the same mainloop folds each k-block right after its own wgmma, as CUTLASS's
-// collective does, but reads the scales from shared memory as it folds instead of copying a
-// k-block's scales into registers first: CUTLASS's collective spills with a 192-wide tile (96
-// accumulator floats, 96 partial floats and a register copy of the per-column scales a thread);
-// this one fits (cutlass_kernels.def, SPEC 15.5).
+// collective does, but reads B's per-column scales from shared memory as it folds instead of
+// copying a k-block's scales into registers first: CUTLASS's collective spills with a 192-wide tile
+// (96 accumulator floats, 96 partial floats and a register copy of the per-column scales a thread);
+// this one fits (cutlass_kernels.def, SPEC 15.5). A tile wider than a 128x128 weight block (fwd,
+// dgrad at 192) straddles two of them; it gets its B scales expanded to one per column
+// (cutlass_gemm.cuh's run) and folds them with act_weight's arithmetic, fl(sa * sb) first.
+//
+// With one partial the per-row scales (and a 128-wide act_weight tile's one B scale and their
+// products) are read before the wait for the wgmma they scale, so that their shared-memory latency
+// is not exposed after it (round 4 measured this mainloop 3-7 % behind CUTLASS's at 128x128 when
+// it read them after the wait); with two partials the fold runs under the next wgmma anyway.
 //
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
+#include "kernels/cutlass_gemm.hpp"
+
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base, int kPartials>
+template <class Base, int kPartials, ScaleKind kKind>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -45,10 +54,12 @@ struct FoldMainloop : Base {
   using typename Base::TiledMma;
   using Scale = typename Base::ElementBlockScale;
 
-  // act_weight: one B scale per tile along N, a scale per row of A; act_act: a scale per row of both.
-  static constexpr bool kActWeight = Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile == 1;
-  static constexpr bool kActAct = Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile > 1;
-  static_assert(kActWeight || kActAct, "fp8moe's mainloop covers per-row A scales only (1x128 activations)");
+  // B's scales in shared memory: one per tile along N (a 128-wide act_weight tile), or one per
+  // output column (act_act's; act_weight's expanded for a wider tile).
+  static constexpr bool kBPerColumn = Base::ScaleNsPerTile > 1;
+  static constexpr bool kActWeight = kKind == ScaleKind::act_weight;
+  static_assert(Base::ScaleMsPerTile > 1, "fp8moe's mainloop covers per-row A scales only (1x128 activations)");
+  static_assert(kActWeight || kBPerColumn, "act_act has a B scale per column");
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
 
@@ -82,16 +93,14 @@ struct FoldMainloop : Base {
     CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
     CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
 
-    auto p0 = make_fragment_like(accum);  // the two partials
-    auto p1 = make_fragment_like(accum);
-    auto sfa = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));  // one k-block's scales, as the accumulator
+    auto p0 = make_fragment_like(accum);  // the partial (two partials: p0 and p1 below)
+    auto sfa = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));  // one k-block's row scales, as the accumulator
     auto sfb = make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
     // The partials are cleared too, though each wgmma chain starts from zero: an undefined partial
     // lets the compiler seed the loop's copy of one from a register of the other while that one's
     // wgmma is in flight, and ptxas then serializes the wgmmas.
     clear(accum);
     clear(p0);
-    clear(p1);
     if (k_tile_count <= 0) return;
 
     // k-block at `stage` into the partial p, from zero.
@@ -107,15 +116,22 @@ struct FoldMainloop : Base {
       warpgroup_commit_batch();
       warpgroup_fence_operand(p);
     };
-    // The finished partial p of the k-block at `stage` into the accumulator (its stage still held).
-    const auto fold = [&](auto& p, int stage) {
+    // The row scales of the k-block at `stage` into sfa (times its one B scale where B has one
+    // per tile: act_weight's fl(sa * sb)), before the wait for its wgmma.
+    const auto row_scales = [&](int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
-      if constexpr (kActWeight) copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
-      warpgroup_fence_operand(p);
-      if constexpr (kActWeight) {
+      if constexpr (!kBPerColumn) {
+        copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
         const Scale sb = sfb(_0{});
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(filter_zeros(sfa)); ++i) filter_zeros(sfa)(i) = filter_zeros(sfa)(i) * sb;
+      }
+    };
+    // The finished partial p of the k-block at `stage` into the accumulator (its stage still held;
+    // sfa holds its row scales).
+    const auto fold = [&](auto& p, int stage) {
+      warpgroup_fence_operand(p);
+      if constexpr (!kBPerColumn) {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i);
       } else {
@@ -129,8 +145,13 @@ struct FoldMainloop : Base {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); i += 2) {
           const float2 sb = *reinterpret_cast<const float2*>(&b_scales(i));
-          accum(i) += p(i) * sfa(i) * sb.x;
-          accum(i + 1) += p(i + 1) * sfa(i + 1) * sb.y;
+          if constexpr (kActWeight) {
+            accum(i) += p(i) * (sfa(i) * sb.x);
+            accum(i + 1) += p(i + 1) * (sfa(i + 1) * sb.y);
+          } else {
+            accum(i) += p(i) * sfa(i) * sb.x;
+            accum(i + 1) += p(i + 1) * sfa(i + 1) * sb.y;
+          }
         }
       }
       warpgroup_fence_operand(accum);
@@ -157,6 +178,7 @@ struct FoldMainloop : Base {
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
         const int stage = next_block(p0);
+        row_scales(stage);
         warpgroup_wait<0>();
         fold(p0, stage);
         if (left > 1) {
@@ -165,11 +187,14 @@ struct FoldMainloop : Base {
         }
       }
     } else {
+      auto p1 = make_fragment_like(accum);
+      clear(p1);  // as p0 (above)
       int held = next_block(p0);  // the stage of the partial in flight
       // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
       const auto step = [&](auto& next, auto& prev) {
         const int stage = next_block(next);
         warpgroup_wait<1>();
+        row_scales(held);  // (under the next wgmma anyway: read after the wait, as before)
         fold(prev, held);
         pipeline.consumer_release(release);
         ++release;
@@ -185,9 +210,11 @@ struct FoldMainloop : Base {
       if (left == 1) {
         step(p1, p0);
         warpgroup_wait<0>();
+        row_scales(held);
         fold(p1, held);
       } else {
         warpgroup_wait<0>();
+        row_scales(held);
         fold(p0, held);
       }
     }
