@@ -26,20 +26,15 @@
 // dgrad at 192) straddles two of them; it gets its B scales expanded to one per column
 // (cutlass_gemm.cuh's run) and folds them with act_weight's arithmetic, fl(sa * sb) first.
 //
-// With one partial the two warpgroups of a cooperative tile take turns issuing their k-block's
-// wgmma chain (two named barriers), so that one folds while the other's wgmma runs instead of both
-// folding at once with the tensor cores idle; and the per-row scales (and a 128-wide act_weight
-// tile's one B scale and their products) are read before the wait for the wgmma they scale, so
-// that their shared-memory latency is not exposed after it (round 4 measured this mainloop 3-7 %
-// behind CUTLASS's at 128x128 when it read them after the wait, with no turns). With two partials
-// the fold runs under the next wgmma anyway.
+// With one partial the per-row scales (and a 128-wide act_weight tile's one B scale and their
+// products) are read before the wait for the wgmma they scale, so that their shared-memory latency
+// is not exposed after it (round 4 measured this mainloop 3-7 % behind CUTLASS's at 128x128 when
+// it read them after the wait; round 5 measured no change from reading them before: SPEC 15.5);
+// with two partials the fold runs under the next wgmma anyway.
 //
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
-
-#include <cstdint>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
 #include "kernels/cutlass_gemm.hpp"
@@ -181,28 +176,9 @@ struct FoldMainloop : Base {
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
     if constexpr (kPartials == 1) {
-      // The two consumer warpgroups of a cooperative tile take turns on the tensor cores, so that
-      // one folds while the other's wgmma runs (with both issuing at once they finish together and
-      // fold together, the tensor cores idle): warpgroup w issues its k-block's chain once the
-      // other has issued its own previous one (named barrier kTurn + w: the other's 128 threads
-      // arrive, w's 128 wait), then passes the turn on. Warpgroup 1 starts with its turn passed
-      // to warpgroup 0; warpgroup 0 takes the last pass back after the loop, so each tile leaves
-      // both barriers empty.
-      constexpr bool kTakeTurns = kWarpGroups == 2;
-      constexpr std::uint32_t kTurn = 0;  // user named barriers 0 and 1 (after CUTLASS's reserved ones)
-      constexpr std::uint32_t kBoth = 2 * kWg;
-      if constexpr (kTakeTurns) {
-        if (wg == 1) cutlass::arch::NamedBarrier::arrive(kBoth, kTurn + 0);
-      }
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
-        auto token = pipeline.consumer_try_wait(smem_pipe_read);
-        pipeline.consumer_wait(smem_pipe_read, token);
-        const int stage = smem_pipe_read.index();
-        if constexpr (kTakeTurns) cutlass::arch::NamedBarrier::sync(kBoth, kTurn + wg);
-        issue(p0, stage);
-        if constexpr (kTakeTurns) cutlass::arch::NamedBarrier::arrive(kBoth, kTurn + 1 - wg);
-        ++smem_pipe_read;
+        const int stage = next_block(p0);
         row_scales(stage);
         warpgroup_wait<0>();
         fold(p0, stage);
@@ -210,9 +186,6 @@ struct FoldMainloop : Base {
           pipeline.consumer_release(release);
           ++release;
         }
-      }
-      if constexpr (kTakeTurns) {
-        if (wg == 0) cutlass::arch::NamedBarrier::sync(kBoth, kTurn + 0);
       }
     } else {
       auto p1 = make_fragment_like(accum);
