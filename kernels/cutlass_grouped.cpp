@@ -102,7 +102,8 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
 std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
   const char* fold = k.fold == CutlassFold::under_next_mma ? "ov" : k.fold == CutlassFold::after_mma_own ? "f1" : "cl";
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
-             walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(), k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
+             walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
+             k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
 }
 
 CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n) {
