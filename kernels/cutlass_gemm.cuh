@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <type_traits>
 
 #include "kernels/cutlass_gemm.hpp"
@@ -49,13 +50,17 @@ template <ScaleKind kKind, class ElementD, CutlassSchedule kSchedule, CutlassFol
           int kTileN>
 struct Config {
   static constexpr bool kPingpong = kSchedule == CutlassSchedule::pingpong;
-  // A tile wider than a 128x128 weight block straddles two of them: its B scales are expanded to
-  // one per column first (run, below) and fp8moe's mainloop folds them with act_weight's arithmetic.
-  static constexpr bool kExpandB = kKind == ScaleKind::act_weight && kTileN != 128;
+  // act_weight's B scales come one per 128 columns; CUTLASS's collective needs the tile width to be
+  // a multiple of the scales' column granularity, so a tile whose width is not a multiple of 128
+  // (160, 192: it straddles two 128x128 weight blocks) reads them at gcd(width, 128) columns, each
+  // weight-block scale repeated 128 / gcd times (expand_block_scales, run below), and fp8moe's
+  // one-partial mainloop folds them with act_weight's arithmetic (cutlass_overlap.cuh).
+  static_assert(kTileN % 16 == 0 && kTileN <= 256, "a wgmma tile width (a multiple of 16 up to 256)");
+  static constexpr int kScaleN = kKind == ScaleKind::act_weight ? std::gcd(kTileN, 128) : 1;
+  static constexpr bool kExpandB = kKind == ScaleKind::act_weight && kScaleN != 128;
   static_assert(!kExpandB || kFold == CutlassFold::after_mma_own,
-                "a weight tile wider than 128 needs fp8moe's one-partial mainloop (CUTLASS's folds act_act's "
-                "arithmetic on per-column scales)");
-  static constexpr int kScaleN = kKind == ScaleKind::act_weight && !kExpandB ? 128 : 1;
+                "a weight tile whose width is not a multiple of 128 needs fp8moe's one-partial mainloop (CUTLASS's "
+                "folds act_act's arithmetic where B has more than one scale per tile)");
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -104,25 +109,34 @@ struct Offsets {
 };
 
 // One group's 128x128 weight-block scales, MN-major (k/128, ceil(n/128)), and where their
-// expansion to one per column, MN-major (k/128, n), goes (Config::kExpandB).
+// expansion to one per Config::kScaleN columns, MN-major (k/128, cols = ceil(n/kScaleN)), goes
+// (Config::kExpandB).
 struct ExpandB {
   const float* src;
   float* dst;
-  int n, kb;
+  int cols, kb;
 };
 
-// dst[kb][col] = src[kb][col / 128] for each group (blockIdx.y); a template so that each
-// translation unit's copy is the same one.
-template <int kBlock>
-__global__ void expand_block_scales(const ExpandB* groups) {
-  const ExpandB g = groups[blockIdx.y];
-  const int wb = (g.n + kBlock - 1) / kBlock;
-  const long long total = static_cast<long long>(g.n) * g.kb;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long kb = i / g.n, col = i % g.n;
-    g.dst[i] = __ldg(g.src + kb * wb + col / kBlock);
+// dst[kb][c] = src[kb][c / kRepeat] for each of the n_groups groups (grid-stride along y as along
+// x), kRepeat = 128 / kScaleN; a template so that each translation unit's copy is the same one.
+template <int kRepeat>
+__global__ void expand_block_scales(const ExpandB* groups, int n_groups) {
+  for (int gi = static_cast<int>(blockIdx.y); gi < n_groups; gi += static_cast<int>(gridDim.y)) {
+    const ExpandB g = groups[gi];
+    const int wb = (g.cols + kRepeat - 1) / kRepeat;
+    const long long total = static_cast<long long>(g.cols) * g.kb;
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+      const long long kb = i / g.cols, c = i % g.cols;
+      g.dst[i] = __ldg(g.src + kb * wb + c / kRepeat);
+    }
   }
+}
+
+// The expanded B scale columns of a group n wide (Config::kExpandB).
+template <class C>
+int expanded_cols(int n) {
+  return (n + C::kScaleN - 1) / C::kScaleN;
 }
 
 // The device pointers of the argument arrays packed at `base`.
@@ -159,11 +173,13 @@ inline std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
 // host_shapes; returns where each array lies.
 template <class C>
 Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::Shape3>& host_shapes, CutlassScratch& s) {
-  // Expanded B scales (Config::kExpandB): each group's (k/128, n) floats in s.expanded.
-  std::vector<std::size_t> expanded_at(groups.size() + 1, 0);
+  // Expanded B scales (Config::kExpandB): each group's (k/128, expanded_cols(n)) floats in s.expanded.
+  std::vector<std::size_t> expanded_at;
   if constexpr (C::kExpandB) {
+    expanded_at.assign(groups.size() + 1, 0);
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      expanded_at[g + 1] = expanded_at[g] + static_cast<std::size_t>(groups[g].n) * static_cast<std::size_t>(groups[g].k / 128);
+      expanded_at[g + 1] = expanded_at[g] + static_cast<std::size_t>(expanded_cols<C>(groups[g].n)) *
+                                                static_cast<std::size_t>(groups[g].k / 128);
     }
     if (s.expanded.size() < expanded_at.back()) s.expanded = DeviceBuffer<float>(expanded_at.back());
   }
@@ -197,7 +213,7 @@ Offsets pack_host(std::span<const CutlassGroup> groups, std::vector<typename C::
     std::memcpy(at(o.shapes) + g * sizeof shape, &shape, sizeof shape);
     const void* sfb = x.sfb;
     if constexpr (C::kExpandB) {
-      const ExpandB e{x.sfb, s.expanded.get() + expanded_at[g], x.n, x.k / 128};
+      const ExpandB e{x.sfb, s.expanded.get() + expanded_at[g], expanded_cols<C>(x.n), x.k / 128};
       std::memcpy(at(o.expand) + g * sizeof e, &e, sizeof e);
       sfb = e.dst;
     }
@@ -238,11 +254,12 @@ void expand_b(std::span<const CutlassGroup> groups, const std::uint8_t* args, co
               const std::string& what) {
   if constexpr (C::kExpandB) {
     long long most = 0;
-    for (const CutlassGroup& g : groups) most = std::max(most, static_cast<long long>(g.n) * (g.k / 128));
+    for (const CutlassGroup& g : groups) most = std::max(most, static_cast<long long>(expanded_cols<C>(g.n)) * (g.k / 128));
     const unsigned blocks = static_cast<unsigned>(std::clamp((most + 255) / 256, 1LL, 1024LL));
-    expand_block_scales<128><<<dim3(blocks, static_cast<unsigned>(groups.size())), 256, 0, stream>>>(
-        reinterpret_cast<const ExpandB*>(args + o.expand));
-    FP8MOE_CUDA_CHECK_LAUNCH("cutlass: expanding the weight-block scales to one per column", what);
+    const int n_groups = static_cast<int>(groups.size());
+    expand_block_scales<128 / C::kScaleN><<<dim3(blocks, static_cast<unsigned>(std::min(n_groups, 65535))), 256, 0, stream>>>(
+        reinterpret_cast<const ExpandB*>(args + o.expand), n_groups);
+    FP8MOE_CUDA_CHECK_LAUNCH("cutlass: repeating the weight-block scales for a tile width that is not a multiple of 128", what);
   }
 }
 

@@ -12,8 +12,9 @@
 //   ScaleKind::act_act     A and B one scale per row and 128-K block (wgrad, contracted along tokens)
 // Scales are CUTLASS's MN-major layouts (the only ones its sm90 collective reads): sfa (k/128, m)
 // row-major, sfb (k/128, ceil(n/128)) (act_weight) or (k/128, n) (act_act) row-major. An
-// act_weight kernel with a tile wider than 128 expands sfb to one scale per column on the device
-// before each launch (a grid-stride copy, 4 bytes per column and k-block).
+// act_weight kernel whose tile width is not a multiple of 128 (160, 192) repeats sfb on the device
+// before each launch to one scale per gcd(width, 128) columns (a grid-stride copy, 2 or 4 floats
+// per weight block), since its tiles straddle two weight blocks.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -37,8 +38,8 @@ enum class CutlassSchedule { cooperative, pingpong };
 // Where the mainloop folds a 128-K block's partial into the accumulator: right after its own
 // wgmma (CUTLASS's collective), under the next block's wgmma (fp8moe's mainloop with two partials,
 // kernels/cutlass_overlap.cuh), or right after its own wgmma in fp8moe's mainloop (one partial, the
-// scales read from shared memory as it folds: the registers of a 192-wide tile, where CUTLASS's
-// collective spills). The same arithmetic per output element.
+// scales read from shared memory as it folds: the registers of a 160- or 192-wide tile, where
+// CUTLASS's collective spills). The same arithmetic per output element.
 enum class CutlassFold { after_mma, under_next_mma, after_mma_own };
 // The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
@@ -95,7 +96,7 @@ struct CutlassGroup {
 struct CutlassScratch {
   DeviceBuffer<std::uint8_t> args;       // the groups' argument arrays
   DeviceBuffer<std::uint8_t> workspace;  // CUTLASS's workspace
-  DeviceBuffer<float> expanded;          // B's weight-block scales, one per column (tiles wider than 128)
+  DeviceBuffer<float> expanded;          // B's weight-block scales repeated (tile widths not a multiple of 128)
   std::vector<std::uint8_t> host;        // staging of `args`
   int sm_count = 0;                      // the device's SMs, asked once
   struct LastLaunch {
@@ -109,8 +110,8 @@ struct CutlassScratch {
 // What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 // The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
-// f1 (fp8moe's, one partial), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n192 for a
-// 192-wide tile: "co/ov/M2", "co/f1/N1/n192"; without the walk (raster and swizzle) where `walk`
+// f1 (fp8moe's, one partial), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n<width>
+// for a tile not 128 wide: "co/ov/M2", "co/f1/N1/n192"; without the walk (raster and swizzle) where `walk`
 // is false: "co/f1/n192" (what a .def line fixes).
 std::string cutlass_short_name(const CutlassKernel& k, bool walk = true);
 

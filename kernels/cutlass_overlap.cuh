@@ -22,9 +22,10 @@
 // collective does, but reads B's per-column scales from shared memory as it folds instead of
 // copying a k-block's scales into registers first: CUTLASS's collective spills with a 192-wide tile
 // (96 accumulator floats, 96 partial floats and a register copy of the per-column scales a thread);
-// this one fits (cutlass_kernels.def, SPEC 15.5). A tile wider than a 128x128 weight block (fwd,
-// dgrad at 192) straddles two of them; it gets its B scales expanded to one per column
-// (cutlass_gemm.cuh's run) and folds them with act_weight's arithmetic, fl(sa * sb) first.
+// this one fits (cutlass_kernels.def, SPEC 15.5). A fwd/dgrad tile whose width is not a multiple
+// of 128 (160, 192) straddles two 128x128 weight blocks; it reads B's scales at gcd(width, 128)
+// columns (each weight-block scale repeated on the device: cutlass_gemm.cuh's Config), a few
+// registers a thread, and folds them with act_weight's arithmetic, fl(sa * sb) first.
 //
 // With one partial the per-row scales (and a 128-wide act_weight tile's one B scale and their
 // products) are read before the wait for the wgmma they scale, so that their shared-memory latency
@@ -55,12 +56,18 @@ struct FoldMainloop : Base {
   using typename Base::TiledMma;
   using Scale = typename Base::ElementBlockScale;
 
-  // B's scales in shared memory: one per tile along N (a 128-wide act_weight tile), or one per
-  // output column (act_act's; act_weight's expanded for a wider tile).
-  static constexpr bool kBPerColumn = Base::ScaleNsPerTile > 1;
+  // B's scales in shared memory: one per tile along N (a 128-wide act_weight tile), one per output
+  // column (act_act's), or one per Base::ScaleGranularityN columns (act_weight's for a tile whose
+  // width is not a multiple of 128, each weight-block scale repeated: cutlass_gemm.cuh's Config).
   static constexpr bool kActWeight = kKind == ScaleKind::act_weight;
+  static constexpr bool kBOnePerTile = Base::ScaleNsPerTile == 1;
+  static constexpr bool kBPerColumn = Base::ScaleGranularityN == 1;
   static_assert(Base::ScaleMsPerTile > 1, "fp8moe's mainloop covers per-row A scales only (1x128 activations)");
   static_assert(kActWeight || kBPerColumn, "act_act has a B scale per column");
+  // A thread's C fragment holds whole groups of 8 adjacent columns, so that a granularity of a
+  // multiple of 8 gives each element's scale at a compile-time register (stride-0 layouts).
+  static_assert(kBOnePerTile || kBPerColumn || Base::ScaleGranularityN % 8 == 0,
+                "B scales per column group need groups of a multiple of 8 columns");
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
 
@@ -118,10 +125,14 @@ struct FoldMainloop : Base {
       warpgroup_fence_operand(p);
     };
     // The row scales of the k-block at `stage` into sfa (times its one B scale where B has one
-    // per tile: act_weight's fl(sa * sb)), before the wait for its wgmma.
+    // per tile: act_weight's fl(sa * sb); B's few scales into sfb where it has one per column
+    // group), before the wait for its wgmma.
     const auto row_scales = [&](int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
-      if constexpr (!kBPerColumn) {
+      if constexpr (!kBOnePerTile && !kBPerColumn) {
+        copy(filter_zeros(tCsSFB(_, _, _, make_coord(_0{}, stage))), filter_zeros(sfb));
+      }
+      if constexpr (kBOnePerTile) {
         copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
         const Scale sb = sfb(_0{});
         CUTLASS_PRAGMA_UNROLL
@@ -132,9 +143,15 @@ struct FoldMainloop : Base {
     // sfa holds its row scales).
     const auto fold = [&](auto& p, int stage) {
       warpgroup_fence_operand(p);
-      if constexpr (!kBPerColumn) {
+      if constexpr (kBOnePerTile) {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i);
+      } else if constexpr (!kBPerColumn) {
+        // act_weight, one B scale per column group: sfa and sfb repeat along the fragment (stride
+        // 0), so the products fl(sa * sb) are as many as a thread's rows times groups (the
+        // compiler keeps one of each).
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * (sfa(i) * sfb(i));
       } else {
         // B's scales, one per output column: a thread's accumulator elements come in pairs of
         // adjacent columns (elements 2j, 2j+1 of wgmma's C fragment), so one 64-bit load reads a
