@@ -15,9 +15,18 @@
 
 namespace fp8moe::kernels {
 
+// The launch functions of kernels/cutlass_kernels.def's lines, each defined in its generated
+// translation unit (FP8MOE_CUTLASS_DEFINE).
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                              \
+  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)(                                         \
+      const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,     \
+      cudaStream_t stream, const std::string& what);
+#include "kernels/cutlass_kernels.def"
+#undef FP8MOE_CUTLASS_KERNEL
+
 namespace {
 
-// kernels/cutlass_kernels.def's lines, and their launch functions in the same order.
+// The .def's lines, and their launch functions in the same order.
 #define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                                     \
   CutlassBuiltKernel{ScaleKind::kind,                                                                             \
                      CutlassKernel{CutlassSchedule::schedule, CutlassFold::fold, CutlassRaster::along_m, 1,       \

@@ -1,7 +1,9 @@
 #pragma once
-// The launch functions of the CUTLASS translation units, one per line of kernels/cutlass_kernels.def
-// (CMake generates the units; kernels/cutlass_gemm.cuh's FP8MOE_CUTLASS_DEFINE defines each one;
-// kernels/cutlass_grouped.cpp dispatches to them). Internal to kernels/.
+// What the CUTLASS translation units share with their dispatcher: the launch functions' name and
+// type, one per line of kernels/cutlass_kernels.def (CMake generates the units;
+// kernels/cutlass_gemm.cuh's FP8MOE_CUTLASS_DEFINE defines each one; kernels/cutlass_grouped.cpp
+// declares them from the .def and dispatches to them, so that a unit does not depend on the .def
+// and a new line compiles only its own unit). Internal to kernels/.
 #include <cuda_runtime.h>
 
 #include <span>
@@ -20,13 +22,5 @@ namespace fp8moe::kernels {
 
 using CutlassLaunch = void (*)(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups,
                                CutlassScratch& s, cudaStream_t stream, const std::string& what);
-
-#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                                   \
-  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)(const CutlassKernel& k, OutDtype out,          \
-                                                                std::span<const CutlassGroup> groups,           \
-                                                                CutlassScratch& s, cudaStream_t stream,         \
-                                                                const std::string& what);
-#include "kernels/cutlass_kernels.def"
-#undef FP8MOE_CUTLASS_KERNEL
 
 }  // namespace fp8moe::kernels
