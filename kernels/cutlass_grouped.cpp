@@ -115,10 +115,18 @@ std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
 }
 
-CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n) {
+CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::int64_t n) {
   CutlassKernel k;
   k.schedule = CutlassSchedule::cooperative;
-  k.fold = out == OutDtype::bf16 ? CutlassFold::under_next_mma : CutlassFold::after_mma;
+  if (out != OutDtype::bf16) {
+    k.fold = CutlassFold::after_mma;
+  } else if (kind == ScaleKind::act_weight) {
+    k.fold = CutlassFold::after_mma_own;
+    k.cluster = CutlassCluster::m2n1;
+    k.tile_n = 192;
+  } else {
+    k.fold = CutlassFold::under_next_mma;
+  }
   k.raster = m <= n ? CutlassRaster::along_m : CutlassRaster::along_n;
   k.swizzle = k.raster == CutlassRaster::along_m ? 2 : 1;
   return k;
@@ -206,7 +214,7 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
   const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
   int m_max = 0;
   for (const CutlassGroup& g : groups) m_max = std::max(m_max, g.m);
-  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(opt.out, m_max, groups.empty() ? 0 : groups[0].n);
+  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(kind, opt.out, m_max, groups.empty() ? 0 : groups[0].n);
   cutlass_grouped_gemm(kind, k, opt.out, groups, s_->scratch, stream, what);
   last_config_ = cat(cutlass_config_name(kind, k), ", ", groups.size(), " groups");
 }

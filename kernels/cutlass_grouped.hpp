@@ -33,12 +33,14 @@ namespace fp8moe::kernels {
 // Why the CUTLASS passes cannot run these options (empty when they can).
 std::string cutlass_unsupported(const QuantOptions& q, OutDtype out);
 
-// The backend's kernel (every configuration computes the same bits; this is the fastest measured,
-// `fp8moe bench --cutlass-tune` on the H100, SPEC 15.5): cooperative 128x128 tiles; fp8moe's fold
-// under the next wgmma for bf16 output, CUTLASS's for fp32; the tile walk along the shorter side of
-// the groups' outputs (m rows of the largest group, n columns): along M (swizzle 2) when m <= n,
-// else along N (swizzle 1).
-CutlassKernel cutlass_choose(OutDtype out, std::int64_t m, std::int64_t n);
+// The backend's kernel for `kind`'s scales (every configuration computes the same bits; this is
+// the fastest measured, `fp8moe bench --cutlass-tune` on the H100, SPEC 15.5): cooperative tiles;
+// bf16 output: fwd/dgrad (act_weight) 128x192 tiles with fp8moe's one-partial mainloop and cluster
+// 2x1x1, wgrad (act_act) 128x128 tiles with fp8moe's fold under the next wgmma; fp32 output:
+// 128x128 tiles with CUTLASS's mainloop; the tile walk along the shorter side of the groups'
+// outputs (m rows of the largest group, n columns): along M (swizzle 2) when m <= n, else along N
+// (swizzle 1).
+CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::int64_t n);
 
 class CutlassGrouped {
  public:

@@ -252,12 +252,28 @@ TEST_CASE("every CUTLASS kernel configuration equals the hopper-tc:cublas model 
   }
   // The backend's own choice per output type and shape
   using kernels::cutlass_choose;
-  CHECK(cutlass_choose(OutDtype::bf16, 8192, 4096) ==
-        CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::under_next_mma, kernels::CutlassRaster::along_n, 1});
-  CHECK(cutlass_choose(OutDtype::bf16, 2048, 5120) ==
-        CutlassKernel{CutlassSchedule::cooperative, kernels::CutlassFold::under_next_mma, kernels::CutlassRaster::along_m, 2});
-  CHECK(kernels::cutlass_built(ScaleKind::act_act, cutlass_choose(OutDtype::fp32, 4096, 7168), OutDtype::fp32));
-  CHECK(kernels::cutlass_built(ScaleKind::act_weight, cutlass_choose(OutDtype::fp32, 4096, 7168), OutDtype::fp32));
+  using kernels::CutlassCluster;
+  using kernels::CutlassFold;
+  using kernels::CutlassRaster;
+  CHECK(cutlass_choose(ScaleKind::act_act, OutDtype::bf16, 8192, 4096) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::under_next_mma, CutlassRaster::along_n, 1});
+  CHECK(cutlass_choose(ScaleKind::act_act, OutDtype::bf16, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::under_next_mma, CutlassRaster::along_m, 2});
+  CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma_own, CutlassRaster::along_n, 1,
+                      CutlassCluster::m2n1, 192});
+  CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::fp32, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 2});
+  // Every choice is built.
+  for (ScaleKind kind : {ScaleKind::act_act, ScaleKind::act_weight}) {
+    for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+      for (const auto& [m, n] : {std::pair{4096, 7168}, std::pair{8192, 2048}}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CHECK(kernels::cutlass_built(kind, cutlass_choose(kind, out, m, n), out));
+      }
+    }
+  }
   // Configurations outside the built ones are refused, naming the fix.
   opt.out = OutDtype::fp32;
   kernels::DeviceBuffer<float> f(static_cast<std::size_t>(M * N));
