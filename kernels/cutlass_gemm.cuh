@@ -57,7 +57,7 @@ struct Config {
   // one-partial mainloop folds them with act_weight's arithmetic (cutlass_overlap.cuh).
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "a wgmma tile width (a multiple of 16 up to 256)");
   static constexpr int kScaleN = kKind == ScaleKind::act_weight ? std::gcd(kTileN, 128) : 1;
-  static constexpr bool kExpandB = kKind == ScaleKind::act_weight && kScaleN != 128;
+  static constexpr bool kExpandB = cutlass_straddles(kKind, kTileN);
   static_assert(!kExpandB || kFold == CutlassFold::after_mma_own,
                 "a weight tile whose width is not a multiple of 128 needs fp8moe's one-partial mainloop (CUTLASS's "
                 "folds act_act's arithmetic where B has more than one scale per tile)");
@@ -108,27 +108,27 @@ struct Offsets {
   std::size_t shapes, a, b, d, sfa, sfb, sa, sb, sd, lsfa, lsfb, expand;
 };
 
-// One group's 128x128 weight-block scales, MN-major (k/128, ceil(n/128)), and where their
-// expansion to one per Config::kScaleN columns, MN-major (k/128, cols = ceil(n/kScaleN)), goes
-// (Config::kExpandB).
+// One group's 128x128 weight-block scales as quantized, (ceil(n/128), k/128) row-major, and where
+// their expansion to one per Config::kScaleN columns, MN-major (k/128, cols = ceil(n/kScaleN)),
+// goes (Config::kExpandB).
 struct ExpandB {
   const float* src;
   float* dst;
   int cols, kb;
 };
 
-// dst[kb][c] = src[kb][c / kRepeat] for each of the n_groups groups (grid-stride along y as along
-// x), kRepeat = 128 / kScaleN; a template so that each translation unit's copy is the same one.
+// dst[kb][c] = src[c / kRepeat][kb] for each of the n_groups groups (grid-stride along y as along
+// x), kRepeat = 128 / kScaleN: the repeat and CUTLASS's transpose in one pass; a template so that
+// each translation unit's copy is the same one.
 template <int kRepeat>
 __global__ void expand_block_scales(const ExpandB* groups, int n_groups) {
   for (int gi = static_cast<int>(blockIdx.y); gi < n_groups; gi += static_cast<int>(gridDim.y)) {
     const ExpandB g = groups[gi];
-    const int wb = (g.cols + kRepeat - 1) / kRepeat;
     const long long total = static_cast<long long>(g.cols) * g.kb;
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
       const long long kb = i / g.cols, c = i % g.cols;
-      g.dst[i] = __ldg(g.src + kb * wb + c / kRepeat);
+      g.dst[i] = __ldg(g.src + (c / kRepeat) * g.kb + kb);
     }
   }
 }

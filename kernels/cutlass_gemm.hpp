@@ -12,9 +12,10 @@
 //   ScaleKind::act_act     A and B one scale per row and 128-K block (wgrad, contracted along tokens)
 // Scales are CUTLASS's MN-major layouts (the only ones its sm90 collective reads): sfa (k/128, m)
 // row-major, sfb (k/128, ceil(n/128)) (act_weight) or (k/128, n) (act_act) row-major. An
-// act_weight kernel whose tile width is not a multiple of 128 (160, 192) repeats sfb on the device
-// before each launch to one scale per gcd(width, 128) columns (a grid-stride copy, 2 or 4 floats
-// per weight block), since its tiles straddle two weight blocks.
+// act_weight kernel whose tile width is not a multiple of 128 (160, 192; cutlass_straddles) takes
+// sfb as the quantizer writes it, (ceil(n/128), k/128) row-major, and repeats it on the device
+// before each launch into CUTLASS's MN-major layout at one scale per gcd(width, 128) columns (a
+// grid-stride copy, 2 or 4 floats per weight block), since its tiles straddle two weight blocks.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -77,6 +78,9 @@ struct CutlassBuiltKernel {
 std::span<const CutlassBuiltKernel> cutlass_built_kernels();
 // Whether the kernel of `k` (any raster and swizzle) is compiled for `kind` and output `out`.
 bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out);
+// Whether `k`'s act_weight tiles straddle weight blocks (a width not a multiple of 128): its
+// CutlassGroup::sfb is then the weight-block scales as quantized, (ceil(n/128), k/128) row-major.
+constexpr bool cutlass_straddles(ScaleKind kind, int tile_n) { return kind == ScaleKind::act_weight && tile_n % 128 != 0; }
 
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;
@@ -87,7 +91,7 @@ struct CutlassGroup {
   void* d = nullptr;
   std::int64_t ldd = 0;
   const float* sfa = nullptr;
-  const float* sfb = nullptr;
+  const float* sfb = nullptr;  // MN-major as above, or as quantized where cutlass_straddles
 };
 
 // Buffers a CutlassGrouped keeps between launches (they only grow), and its last launch's CUTLASS

@@ -168,16 +168,32 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
   const std::int64_t kc = ll.cols, width = rl.rows;  // fwd/dgrad: contraction, output width; wgrad: tokens, K
   if (pass == Pass::wgrad) check_kgroup_offsets(offs, kc, 128);
   const std::int64_t E = static_cast<std::int64_t>(offs.size());
+  // The kernel (set_kernel's, or the backend's for the launch's shapes: the largest group's rows
+  // and the first group's columns), chosen first: it decides B's scale layout below.
+  const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
+  std::int64_t m_max = 0, n_first = 0;
+  for (const ExpertGemm& g : plan.gemms) {
+    if (g.kc <= 0 || g.L.rows <= 0 || g.R.rows <= 0) continue;
+    m_max = std::max(m_max, g.L.rows);
+    if (n_first == 0) n_first = g.R.rows;
+  }
+  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(kind, opt.out, m_max, n_first);
   // Each expert's scale pointers in CUTLASS's MN-major layouts.
   std::vector<const float*> sfa(static_cast<std::size_t>(E)), sfb(static_cast<std::size_t>(E));
   if (pass != Pass::wgrad) {
-    // A: 1x128 (M, kb) -> per expert (kb, M_e) at voff[e]; B: 128x128 (E, wb, kb) -> (E, kb, wb).
+    // A: 1x128 (M, kb) -> per expert (kb, M_e) at voff[e]; B: 128x128 (E, wb, kb) -> (E, kb, wb),
+    // or as quantized for a kernel whose tiles straddle weight blocks (its launch repeats and
+    // transposes them in one pass: cutlass_straddles).
     const std::int64_t kb = kc / 128, wb = width / 128;
     const std::vector<std::int64_t> voff = vec_scale_offsets(offs, kb);
     float* a_s = s_->scales.get(0, static_cast<std::size_t>(voff.back()));
-    float* b_s = s_->scales.get(1, static_cast<std::size_t>(E * wb * kb));
     relayout_vec_scales(lhs.scales.get(), offs, kb, voff, a_s, stream);
-    transpose_scales(rhs.scales.get(), wb, kb, b_s, stream, E);
+    const float* b_s = rhs.scales.get();
+    if (!cutlass_straddles(kind, k.tile_n)) {
+      float* t = s_->scales.get(1, static_cast<std::size_t>(E * wb * kb));
+      transpose_scales(rhs.scales.get(), wb, kb, t, stream, E);
+      b_s = t;
+    }
     for (std::int64_t e = 0; e < E; ++e) {
       sfa[static_cast<std::size_t>(e)] = a_s + voff[static_cast<std::size_t>(e)];
       sfb[static_cast<std::size_t>(e)] = b_s + e * wb * kb;
@@ -210,11 +226,7 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
                         g.expert, " (", m, ",", n, ")");
     }
   }
-  const ScaleKind kind = pass == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight;
   const std::string what = cat("cutlass ", pn, " (", groups.size(), " of ", E, " experts)");
-  int m_max = 0;
-  for (const CutlassGroup& g : groups) m_max = std::max(m_max, g.m);
-  const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(kind, opt.out, m_max, groups.empty() ? 0 : groups[0].n);
   cutlass_grouped_gemm(kind, k, opt.out, groups, s_->scratch, stream, what);
   last_config_ = cat(cutlass_config_name(kind, k), ", ", groups.size(), " groups");
 }
