@@ -178,7 +178,7 @@ void CutlassGrouped::run(Pass pass, const DeviceQuantized& lhs, const DeviceQuan
     if (n_first == 0) n_first = g.R.rows;
   }
   const CutlassKernel k = kernel_ ? *kernel_ : cutlass_choose(kind, opt.out, m_max, n_first);
-  // Each expert's scale pointers in CUTLASS's MN-major layouts.
+  // Each expert's scale pointers: CUTLASS's MN-major layouts (B as quantized where the tiles straddle).
   std::vector<const float*> sfa(static_cast<std::size_t>(E)), sfb(static_cast<std::size_t>(E));
   if (pass != Pass::wgrad) {
     // A: 1x128 (M, kb) -> per expert (kb, M_e) at voff[e]; B: 128x128 (E, wb, kb) -> (E, kb, wb),
