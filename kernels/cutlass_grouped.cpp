@@ -65,7 +65,6 @@ const char* cutlass_fold_name(CutlassFold f) {
   switch (f) {
     case CutlassFold::under_next_mma: return "fold under the next wgmma";
     case CutlassFold::after_mma_own: return "fold after each wgmma (fp8moe's mainloop)";
-    case CutlassFold::after_mma_staggered: return "fold after each wgmma, warpgroups staggered (fp8moe's mainloop)";
     case CutlassFold::after_mma: break;
   }
   return "fold after each wgmma";
@@ -110,10 +109,7 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
 }
 
 std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
-  const char* fold = k.fold == CutlassFold::under_next_mma        ? "ov"
-                     : k.fold == CutlassFold::after_mma_own       ? "f1"
-                     : k.fold == CutlassFold::after_mma_staggered ? "fs"
-                                                                  : "cl";
+  const char* fold = k.fold == CutlassFold::under_next_mma ? "ov" : k.fold == CutlassFold::after_mma_own ? "f1" : "cl";
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());

@@ -33,27 +33,16 @@
 // it read them after the wait; round 5 measured no change from reading them before: SPEC 15.5);
 // with two partials the fold runs under the next wgmma anyway.
 //
-// With kStagger (one partial, the cooperative schedule's two warpgroups) the warpgroups take turns
-// at the tensor cores: warpgroup 1 issues a k-block's wgmmas once warpgroup 0's for the same block
-// are all but the last one done, and warpgroup 0 issues the next block's once warpgroup 1's are, so
-// that each warpgroup's fold (and its wgmma wait's drain) runs under the other's MMAs instead of
-// both folding at once with the tensor cores idle. The turns are two named barriers (bar.arrive by
-// the warpgroup whose turn ends, bar.sync by the one whose turn begins), restarted with each tile;
-// a k-block's wgmmas are committed as two batches (all but the last, the last) so that the
-// hand-over waits for the first batch only and the next warpgroup's wgmmas queue behind the last.
-// Each warpgroup's arithmetic is the one-partial fold's: same bits.
-//
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
 #include "kernels/cutlass_gemm.hpp"
 
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base, int kPartials, ScaleKind kKind, bool kStagger = false>
+template <class Base, int kPartials, ScaleKind kKind>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -81,10 +70,6 @@ struct FoldMainloop : Base {
                 "B scales per column group need groups of a multiple of 8 columns");
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
-  static_assert(!kStagger || kPartials == 1, "the staggered warpgroups fold one partial each");
-  // The named barriers of the turns (CUTLASS's kernel and epilogue use only its reserved ones):
-  // kTurnBarrier + w is warpgroup w's turn to issue.
-  static constexpr int kTurnBarrier = 0;
 
   template <class Accum>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, Accum& accum, int k_tile_count,
@@ -135,9 +120,6 @@ struct FoldMainloop : Base {
       for (int kb = 0; kb < size<2>(tCrA); ++kb) {
         cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), p);
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-        if constexpr (kStagger) {
-          if (kb == size<2>(tCrA) - 2) warpgroup_commit_batch();  // all but the last: the hand-over's batch
-        }
       }
       warpgroup_commit_batch();
       warpgroup_fence_operand(p);
@@ -211,22 +193,10 @@ struct FoldMainloop : Base {
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
     if constexpr (kPartials == 1) {
-      static_assert(!kStagger || kWarpGroups == 2, "the staggered fold takes turns between two warpgroups");
-      constexpr int kBoth = 2 * kWg;
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
-        if constexpr (kStagger) {
-          // Warpgroup 0 starts a tile's first k-block without waiting; every other turn waits.
-          if (wg == 1 || left != k_tile_count) cutlass::arch::NamedBarrier::sync(kBoth, kTurnBarrier + wg);
-        }
         const int stage = next_block(p0);
         row_scales(stage);
-        if constexpr (kStagger) {
-          warpgroup_wait<1>();
-          // Warpgroup 1's last k-block of the tile hands over to nobody (warpgroup 0's next turn
-          // is the next tile's first block, which does not wait).
-          if (wg == 0 || left > 1) cutlass::arch::NamedBarrier::arrive(kBoth, kTurnBarrier + 1 - wg);
-        }
         warpgroup_wait<0>();
         fold(p0, stage);
         if (left > 1) {
