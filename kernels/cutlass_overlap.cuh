@@ -103,7 +103,15 @@ struct FoldMainloop : Base {
 
     auto p0 = make_fragment_like(accum);  // the partial (two partials: p0 and p1 below)
     auto sfa = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));  // one k-block's row scales, as the accumulator
-    auto sfb = make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
+    // B's scales in registers where they are few (one a tile, or one a column group); a column's
+    // are read from shared memory in the fold instead.
+    auto sfb = [&] {
+      if constexpr (kBPerColumn) {
+        return cute::tuple<>{};
+      } else {
+        return make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
+      }
+    }();
     // The partials are cleared too, though each wgmma chain starts from zero: an undefined partial
     // lets the compiler seed the loop's copy of one from a register of the other while that one's
     // wgmma is in flight, and ptxas then serializes the wgmmas.
@@ -129,14 +137,13 @@ struct FoldMainloop : Base {
     // group), before the wait for its wgmma.
     const auto row_scales = [&](int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
-      if constexpr (!kBOnePerTile && !kBPerColumn) {
-        copy(filter_zeros(tCsSFB(_, _, _, make_coord(_0{}, stage))), filter_zeros(sfb));
-      }
       if constexpr (kBOnePerTile) {
         copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
         const Scale sb = sfb(_0{});
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(filter_zeros(sfa)); ++i) filter_zeros(sfa)(i) = filter_zeros(sfa)(i) * sb;
+      } else if constexpr (!kBPerColumn) {
+        copy(filter_zeros(tCsSFB(_, _, _, make_coord(_0{}, stage))), filter_zeros(sfb));
       }
     };
     // The finished partial p of the k-block at `stage` into the accumulator (its stage still held;

@@ -6,6 +6,8 @@
 // and /gemm when h5_path is set (root attribute status = "complete" written last).
 #include <string>
 
+#include "reference/error.hpp"
+
 namespace fp8moe::results {
 class OutputFile;
 }
@@ -23,8 +25,21 @@ struct KernelBenchOptions {
   bool cutlass_tune = false;
   // With cutlass_tune: only the configurations whose row name contains this (e.g. "co/ov"; empty: all).
   std::string cutlass_only;
+  // Untimed and timed calls of every row (its median reported): 3 and 30; fewer under a profiler
+  // (`ncu ... fp8moe bench --warmup 0 --runs 1`: a row then launches its kernel about three times,
+  // its check included). Bounds: runs 1..100000, warmup 0..100000 (an Error names the value).
+  int warmup = 3, runs = 30;
   std::string command;  // recorded in the file's "argv" attribute
 };
+
+// Throws an Error naming a --runs or --warmup outside its bounds (the front ends call it before
+// anything else, so a build without CUDA refuses them too).
+inline void check_bench_options(const KernelBenchOptions& o) {
+  if (o.runs < 1 || o.runs > 100000) fail("bench: --runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
+  if (o.warmup < 0 || o.warmup > 100000) {
+    fail("bench: --warmup ", o.warmup, " is out of range: give 0 to 100000 untimed calls a row");
+  }
+}
 
 inline constexpr int kBenchNoDevice = 77;  // the exit status when no CUDA device is visible
 

@@ -93,7 +93,7 @@ void row(h5::Group* rows, const std::string& backend, Pass p, const Shape& s, do
   g.set_attr("K", s.K);
   g.set_attr("median_ms", ms);
   g.set_attr("tflops", tflops);
-  g.set_attr("runs", kRuns);
+  g.set_attr("runs", bench::timing().runs);
   g.set_attr("wrong", c.wrong);
   g.set_attr("check", c.how);
   if (!config.empty()) g.set_attr("config", config);

@@ -1,6 +1,7 @@
 // fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
 //   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]
+//                        [--warmup N] [--runs N]
 #include <cstdio>
 #include <exception>
 #include <optional>
@@ -28,13 +29,30 @@ int main(int argc, char** argv) {
     } else if (a == "--cutlass-only" && i + 1 < argc) {
       opt.cutlass_tune = true;
       opt.cutlass_only = argv[++i];
+    } else if ((a == "--warmup" || a == "--runs") && i + 1 < argc) {
+      // A count (run_kernel_bench checks its range); anything but a whole decimal number is refused.
+      const std::string v = argv[++i];
+      std::size_t used = 0;
+      long n = -1;
+      try {
+        n = std::stol(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || n < -1000000000L || n > 1000000000L) {
+        std::fprintf(stderr, "fp8moe-bench-kernels: %s '%s' is not a count: give a whole number (e.g. %s 1)\n", a.c_str(),
+                     v.c_str(), a.c_str());
+        return 2;
+      }
+      (a == "--warmup" ? opt.warmup : opt.runs) = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] "
-                           "[--cutlass-only SUBSTRING]\n");
+                           "[--cutlass-only SUBSTRING] [--warmup N] [--runs N]\n");
       return 2;
     }
   }
   try {
+    fp8moe::kernels::check_bench_options(opt);
     std::optional<fp8moe::results::OutputFile> out;
     if (!opt.h5_path.empty()) {
       fp8moe::results::OutputRequest req;

@@ -40,8 +40,7 @@ namespace {
 using namespace fp8moe;
 using namespace fp8moe::kernels;
 
-using bench::kRuns;
-using bench::kWarmup;
+using bench::timing;
 using bench::median_ms;
 
 struct QuantCase {
@@ -129,15 +128,17 @@ void bench_quant(const QuantCase& c, const char* dtype, const QuantOptions& opt,
 namespace fp8moe::kernels {
 
 int run_kernel_bench(const KernelBenchOptions& o) {
+  check_bench_options(o);
   if (cuda_device_count() == 0) {
     std::printf("GPU kernel bench: no CUDA device is visible; nothing to measure (exit %d)\n", kBenchNoDevice);
     return kBenchNoDevice;
   }
+  timing() = {o.warmup, o.runs};
   cudaDeviceProp p{};
   FP8MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("GPU kernel bench on %s (sm_%d%d, %d SMs); median of %d runs after %d warm-up, CUDA events, L2 flushed "
               "before each run; every row checked first (wrong: elements that differ from its check)\n\n",
-              p.name, p.major, p.minor, p.multiProcessorCount, kRuns, kWarmup);
+              p.name, p.major, p.minor, p.multiProcessorCount, timing().runs, timing().warmup);
   // The rows go to PATH.tmp, published as PATH once complete (results/output_file.hpp): a failed
   // run leaves no file that looks like a result (the OutputFile removes its temporary file).
   if (!o.h5_path.empty() && !o.out) fail("run_kernel_bench: --h5 ", o.h5_path, " was not checked and locked by the caller");
@@ -148,8 +149,8 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     file->set_attr("device", p.name);
     file->set_attr("sm", p.major * 10 + p.minor);
     file->set_attr("argv", o.command);
-    file->set_attr("runs", kRuns);
-    file->set_attr("warmup", kWarmup);
+    file->set_attr("runs", timing().runs);
+    file->set_attr("warmup", timing().warmup);
     qrows.emplace(file->create_group("quant"));
     grows.emplace(file->create_group("gemm"));
   }

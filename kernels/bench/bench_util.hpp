@@ -3,7 +3,8 @@
 // llm.c's dev/cuda and nccl-tests: every timed configuration is first checked in the same run
 // (its `wrong` count printed next to the figure), L2 is flushed before every sample (so a kernel
 // is not timed on operands a previous sample left in cache), CUDA events are owned (freed on every
-// path), kWarmup untimed runs, the median of kRuns.
+// path), timing().warmup untimed runs, the median of timing().runs (3 and 30 unless the bench's
+// --warmup and --runs say otherwise: fewer under a profiler, which then sees few launches a row).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -19,7 +20,14 @@ class Group;  // results/h5.hpp: only the bench sources that write rows include 
 
 namespace fp8moe::kernels::bench {
 
-inline constexpr int kWarmup = 3, kRuns = 30;
+struct Timing {
+  int warmup = 3, runs = 30;
+};
+// The bench's timing, set once from its options (run_kernel_bench) before anything is timed.
+inline Timing& timing() {
+  static Timing t;
+  return t;
+}
 
 // One CUDA event, destroyed with its owner (also when a timed function throws).
 class Event {
@@ -51,11 +59,12 @@ class L2Flush {
   unsigned fill_ = 0;
 };
 
-// The median of `runs` timed calls of fn, each after an L2 flush (outside the timed interval).
-inline double median_ms(const std::function<void()>& fn, int runs = kRuns) {
+// The median of timing().runs timed calls of fn, each after an L2 flush (outside the timed interval).
+inline double median_ms(const std::function<void()>& fn) {
   static L2Flush flush;  // one buffer for the whole bench
   const Event a, b;
-  for (int i = 0; i < kWarmup; ++i) fn();
+  const int runs = timing().runs;
+  for (int i = 0; i < timing().warmup; ++i) fn();
   std::vector<float> ms(static_cast<std::size_t>(runs));
   for (int i = 0; i < runs; ++i) {
     flush();

@@ -20,10 +20,14 @@ int cmd_bench(const Args& args) {
       ("no-gemm", po::bool_switch(), "skip the GEMM table")
       ("cutlass-tune", po::bool_switch(), "also time every CUTLASS kernel configuration on every shape (each checked bitwise first)")
       ("cutlass-only", po::value<std::string>(),
-       "--cutlass-tune with only the configurations whose row name contains this (e.g. co/ov: cooperative, fp8moe's fold)");
+       "--cutlass-tune with only the configurations whose row name contains this (e.g. co/ov: cooperative, fp8moe's fold)")
+      ("warmup", po::value<int>()->default_value(3), "untimed calls of each row before it is timed")
+      ("runs", po::value<int>()->default_value(30),
+       "timed calls of each row (its median reported); under a profiler --warmup 0 --runs 1");
   po::variables_map vm;
   if (!parse(args, desc, vm,
-             "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]")) {
+             "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]\n"
+             "                   [--warmup N] [--runs N]")) {
     return 0;
   }
   kernels::KernelBenchOptions opt;
@@ -31,6 +35,9 @@ int cmd_bench(const Args& args) {
   opt.gemm = !vm["no-gemm"].as<bool>();
   opt.cutlass_tune = vm["cutlass-tune"].as<bool>() || vm.count("cutlass-only");
   if (vm.count("cutlass-only")) opt.cutlass_only = vm["cutlass-only"].as<std::string>();
+  opt.warmup = vm["warmup"].as<int>();
+  opt.runs = vm["runs"].as<int>();
+  kernels::check_bench_options(opt);
   if (opt.cutlass_tune && !opt.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
   if (!opt.quant && !opt.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
   std::optional<results::OutputFile> out;  // checked and locked before anything runs

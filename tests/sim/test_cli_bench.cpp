@@ -37,6 +37,21 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   CHECK(r.rc == 2);
   CHECK(r.output.find("drop --no-gemm") != std::string::npos);
 
+  for (const char* bad : {"--runs 0", "--runs 100001", "--warmup -1"}) {
+    r = bench(std::string("--no-quant ") + bad + " --h5 " + quote(out));
+    CAPTURE(bad);
+    CAPTURE(r.output);
+    CHECK(r.rc == 2);
+    CHECK(r.lines() == 1);
+    CHECK(r.output.find(std::string(bad).substr(0, std::string(bad).find(' '))) != std::string::npos);
+    CHECK(r.output.find("is out of range") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+  r = bench("--runs three");
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.lines() == 1);
+
   std::ofstream(out) << "not mine";  // an existing file is refused without --force
   r = bench("--no-gemm --h5 " + quote(out));
   CAPTURE(r.output);
