@@ -32,13 +32,16 @@ struct KernelBenchOptions {
   std::string command;  // recorded in the file's "argv" attribute
 };
 
-// Throws an Error naming a --runs or --warmup outside its bounds (the front ends call it before
-// anything else, so a build without CUDA refuses them too).
+// Throws an Error naming a --runs or --warmup outside its bounds, or a combination that leaves
+// nothing to time. Both front ends (`fp8moe bench`, fp8moe-bench-kernels) call it before anything
+// else (a build without CUDA refuses the same), and run_kernel_bench again for other callers.
 inline void check_bench_options(const KernelBenchOptions& o) {
   if (o.runs < 1 || o.runs > 100000) fail("bench: --runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
   if (o.warmup < 0 || o.warmup > 100000) {
     fail("bench: --warmup ", o.warmup, " is out of range: give 0 to 100000 untimed calls a row");
   }
+  if (o.cutlass_tune && !o.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
+  if (!o.quant && !o.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
 }
 
 inline constexpr int kBenchNoDevice = 77;  // the exit status when no CUDA device is visible

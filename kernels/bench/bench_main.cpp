@@ -51,17 +51,25 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // What the user asked for is checked first (the counts' bounds, the --h5 file: exit 2, as
+  // `fp8moe bench`); a failure while measuring exits 1.
+  std::optional<fp8moe::results::OutputFile> out;
   try {
     fp8moe::kernels::check_bench_options(opt);
-    std::optional<fp8moe::results::OutputFile> out;
     if (!opt.h5_path.empty()) {
       fp8moe::results::OutputRequest req;
       req.path = opt.h5_path;
       req.flag = "--h5";
       req.force = force;
+      req.exists_fix = "pass --force to overwrite it, or name another file";
       out.emplace(req);
       opt.out = &*out;
     }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());
+    return 2;
+  }
+  try {
     return fp8moe::kernels::run_kernel_bench(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());

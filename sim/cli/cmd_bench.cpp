@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "kernels/bench/bench.hpp"
-#include "reference/error.hpp"
 #include "results/output_file.hpp"
 #include "sim/cli/command.hpp"
 
@@ -38,8 +37,6 @@ int cmd_bench(const Args& args) {
   opt.warmup = vm["warmup"].as<int>();
   opt.runs = vm["runs"].as<int>();
   kernels::check_bench_options(opt);
-  if (opt.cutlass_tune && !opt.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
-  if (!opt.quant && !opt.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
   std::optional<results::OutputFile> out;  // checked and locked before anything runs
   if (vm.count("h5")) {
     results::OutputRequest req;

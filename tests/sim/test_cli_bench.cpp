@@ -1,6 +1,7 @@
-// `fp8moe bench`, run as a subprocess: bad options are one line with exit code 2; without a CUDA
-// device it says so and exits 77 (without CUDA in the build: exit 2 naming the fix), writing no
-// file; with a device (a GPU machine) the quantizer table runs and the file ends complete.
+// `fp8moe bench` (and fp8moe-bench-kernels where CUDA is built), run as a subprocess: bad options
+// are one line with exit code 2; without a CUDA device it says so and exits 77 (without CUDA in
+// the build: exit 2 naming the fix), writing no file; with a device (a GPU machine) the quantizer
+// table runs and the file ends complete.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -62,6 +63,32 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   std::getline(in, kept);
   CHECK(kept == "not mine");
 }
+
+#ifdef FP8MOE_BENCH_KERNELS_BIN
+TEST_CASE("fp8moe-bench-kernels: the same option errors, one line and exit 2, nothing written") {
+  test::TempDir dir(1);
+  const std::string out = dir.file("k.h5");
+  for (const char* bad : {"--runs 0", "--runs 100001", "--warmup -1", "--runs three", "--no-quant --no-gemm",
+                          "--no-gemm --cutlass-tune"}) {
+    const test::Run r = test::run_program(FP8MOE_BENCH_KERNELS_BIN, std::string(bad) + " --h5 " + quote(out));
+    CAPTURE(bad);
+    CAPTURE(r.output);
+    CHECK(r.rc == 2);
+    CHECK(r.lines() == 1);
+    CHECK(r.output.find("fp8moe-bench-kernels: ") == 0);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+  std::ofstream(out) << "not mine";  // an existing file is refused without --force, and kept
+  const test::Run r = test::run_program(FP8MOE_BENCH_KERNELS_BIN, "--no-gemm --h5 " + quote(out));
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.output.find("pass --force") != std::string::npos);
+  std::ifstream in(out);
+  std::string kept;
+  std::getline(in, kept);
+  CHECK(kept == "not mine");
+}
+#endif
 
 TEST_CASE("fp8moe bench: without a device (or CUDA) it says so and writes no file, with one the file ends complete") {
   test::TempDir dir(2);

@@ -31,9 +31,10 @@ inline std::string bin_path() {
   return env && *env ? env : FP8MOE_BIN;
 }
 
-// `fp8moe COMMAND ARGS`, stderr merged into the captured output unless `stderr_too` is false.
-inline Run run_cli(const std::string& command, const std::string& args, bool stderr_too = true) {
-  const std::string cmd = quote(bin_path()) + " " + command + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null");
+// The program at `path` with ARGS (a shell command line's words), stderr merged into the captured
+// output unless `stderr_too` is false.
+inline Run run_program(const std::string& path, const std::string& args, bool stderr_too = true) {
+  const std::string cmd = quote(path) + " " + args + (stderr_too ? " 2>&1" : " 2>/dev/null");
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -42,6 +43,11 @@ inline Run run_cli(const std::string& command, const std::string& args, bool std
   const int status = pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `fp8moe COMMAND ARGS`, stderr merged into the captured output unless `stderr_too` is false.
+inline Run run_cli(const std::string& command, const std::string& args, bool stderr_too = true) {
+  return run_program(bin_path(), command + " " + args, stderr_too);
 }
 
 // The same under coreutils' `timeout` (SIGKILL after `seconds`, exit 137): a command that used to
