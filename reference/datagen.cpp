@@ -125,6 +125,22 @@ std::vector<std::int32_t> make_offsets(std::int64_t tokens, int experts, const R
   return offs;
 }
 
+std::int64_t parse_int(const std::string& s, std::int64_t lo, std::int64_t hi) {
+  std::size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(s, &used);
+  } catch (const std::out_of_range&) {
+    fail("'", s, "' is beyond 64 bits: use at most ", hi);
+  } catch (const std::exception&) {
+    fail("'", s, "' is not an integer");
+  }
+  if (used != s.size()) fail("'", s, "' is not an integer");
+  if (x < lo) fail(lo == 0 ? cat("'", s, "' is not a non-negative integer") : cat("must be >= ", lo));
+  if (x > hi) fail("exceeds the limit ", hi, ": use at most ", hi);
+  return x;
+}
+
 std::vector<std::int32_t> parse_int_list(const std::string& s, const char* what) {
   std::vector<std::int32_t> out;
   std::stringstream ss(s);

@@ -32,6 +32,11 @@ Routing parse_routing(const std::string& s);  // "uniform" | "balanced" | "zipf:
 std::string routing_name(const Routing& r);
 std::vector<std::int32_t> make_offsets(std::int64_t tokens, int experts, const Routing& r, std::uint64_t seed);
 
+// A whole decimal number in [lo, hi], parsed in 64 bits and range-checked before any narrowing
+// (experts = 2^32+2 must not run as 2); an Error saying what is wrong with `s` otherwise (the
+// caller names the key or flag).
+std::int64_t parse_int(const std::string& s, std::int64_t lo, std::int64_t hi);
+
 // "129,384,500" -> {129, 384, 500}; Error naming the bad entry otherwise.
 std::vector<std::int32_t> parse_int_list(const std::string& s, const char* what);
 

@@ -4,10 +4,12 @@
 //                        [--warmup N] [--runs N]
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <string>
 
 #include "kernels/bench/bench.hpp"
+#include "reference/datagen.hpp"
 #include "results/output_file.hpp"
 
 int main(int argc, char** argv) {
@@ -30,21 +32,14 @@ int main(int argc, char** argv) {
       opt.cutlass_tune = true;
       opt.cutlass_only = argv[++i];
     } else if ((a == "--warmup" || a == "--runs") && i + 1 < argc) {
-      // A count (run_kernel_bench checks its range); anything but a whole decimal number is refused.
-      const std::string v = argv[++i];
-      std::size_t used = 0;
-      long n = -1;
+      // A whole number (check_bench_options checks its range), as `fp8moe bench` reads it.
       try {
-        n = std::stol(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != v.size() || n < -1000000000L || n > 1000000000L) {
-        std::fprintf(stderr, "fp8moe-bench-kernels: %s '%s' is not a count: give a whole number (e.g. %s 1)\n", a.c_str(),
-                     v.c_str(), a.c_str());
+        (a == "--warmup" ? opt.warmup : opt.runs) =
+            static_cast<int>(fp8moe::parse_int(argv[++i], std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "fp8moe-bench-kernels: %s %s: give a whole number (e.g. %s 1)\n", a.c_str(), e.what(), a.c_str());
         return 2;
       }
-      (a == "--warmup" ? opt.warmup : opt.runs) = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] "
                            "[--cutlass-only SUBSTRING] [--warmup N] [--runs N]\n");

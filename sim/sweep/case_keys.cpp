@@ -22,23 +22,6 @@ namespace fp8moe::scenarios {
 using namespace fp8moe::sim;
 using results::CaseRow;
 
-std::int64_t parse_int(const std::string& s, std::int64_t lo, std::int64_t hi) {
-  // Parsed in 64 bits and range-checked before any narrowing (experts = 2^32+2 must not run as 2).
-  std::size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(s, &used);
-  } catch (const std::out_of_range&) {
-    fail("'", s, "' is beyond 64 bits: use at most ", hi);
-  } catch (const std::exception&) {
-    fail("'", s, "' is not an integer");
-  }
-  if (used != s.size()) fail("'", s, "' is not an integer");
-  if (x < lo) fail(lo == 0 ? cat("'", s, "' is not a non-negative integer") : cat("must be >= ", lo));
-  if (x > hi) fail("exceeds the limit ", hi, ": use at most ", hi);
-  return x;
-}
-
 std::vector<std::int32_t> parse_offs(const std::string& s) {
   std::string t = s;
   if (!t.empty() && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);

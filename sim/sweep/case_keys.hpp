@@ -44,7 +44,6 @@ const KeyRule& key_rule(Key k);
 extern const std::array<Key, kKeyCount> kCaseKeyOrder;
 
 // Helpers the rules and the cross-key checks share.
-std::int64_t parse_int(const std::string& s, std::int64_t lo, std::int64_t hi);
 std::vector<std::int32_t> parse_offs(const std::string& s);
 bool plan_has(const std::string& plan, const char* part);
 std::string offs_text(const std::vector<std::int32_t>& offs);
