@@ -112,21 +112,6 @@ struct FoldMainloop : Base {
         return make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
       }
     }();
-    // With two partials, B's per-column scales of the first half of the accumulator elements of
-    // the k-block to fold next, in registers: a pair for each two elements (the fold's pairs of
-    // adjacent columns, below; the two rows of a thread's fragment read the same pair, one load).
-    // Only half: all of them, live across the next wgmma's issue, would need more registers than
-    // a consumer thread has (ptxas then spills and serializes the wgmmas); the fold of the first
-    // half covers the latency of the second half's loads.
-    constexpr int kAccum = decltype(size(accum))::value;
-    constexpr int kAhead = kAccum / 2;
-    auto sbc = [&] {
-      if constexpr (kBPerColumn && kPartials == 2) {
-        return cute::array<float2, kAhead / 2>{};
-      } else {
-        return cute::tuple<>{};
-      }
-    }();
     // The partials are cleared too, though each wgmma chain starts from zero: an undefined partial
     // lets the compiler seed the loop's copy of one from a register of the other while that one's
     // wgmma is in flight, and ptxas then serializes the wgmmas.
@@ -147,12 +132,10 @@ struct FoldMainloop : Base {
       warpgroup_commit_batch();
       warpgroup_fence_operand(p);
     };
-    // The scales of the k-block at `stage` into registers: its row scales into sfa (times its one
-    // B scale where B has one per tile: act_weight's fl(sa * sb)), B's few scales into sfb where it
-    // has one per column group, and with two partials B's per-column scales of the first half of
-    // the elements into sbc (the fold reads the others, and all with one partial, from shared memory). One partial: before the wait for the
-    // k-block's wgmma; two: right after its wgmma is issued, a whole fold ahead of their use.
-    const auto read_scales = [&](int stage) {
+    // The row scales of the k-block at `stage` into sfa (times its one B scale where B has one
+    // per tile: act_weight's fl(sa * sb); B's few scales into sfb where it has one per column
+    // group), before the wait for its wgmma.
+    const auto row_scales = [&](int stage) {
       copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), sfa);
       if constexpr (kBOnePerTile) {
         copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), sfb);
@@ -161,10 +144,6 @@ struct FoldMainloop : Base {
         for (int i = 0; i < size(filter_zeros(sfa)); ++i) filter_zeros(sfa)(i) = filter_zeros(sfa)(i) * sb;
       } else if constexpr (!kBPerColumn) {
         copy(filter_zeros(tCsSFB(_, _, _, make_coord(_0{}, stage))), filter_zeros(sfb));
-      } else if constexpr (kPartials == 2) {
-        const auto b_scales = tCsSFB(_, _, _, make_coord(_0{}, stage));
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kAhead; i += 2) sbc[i / 2] = *reinterpret_cast<const float2*>(&b_scales(i));
       }
     };
     // The finished partial p of the k-block at `stage` into the accumulator (its stage still held;
@@ -190,12 +169,7 @@ struct FoldMainloop : Base {
         static_assert(decltype(size(accum))::value % 2 == 0, "C fragments hold column pairs");
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); i += 2) {
-          const float2 sb = [&] {
-            if constexpr (kPartials == 2) {
-              if (i < kAhead) return sbc[i / 2];  // read ahead (read_scales)
-            }
-            return *reinterpret_cast<const float2*>(&b_scales(i));
-          }();
+          const float2 sb = *reinterpret_cast<const float2*>(&b_scales(i));
           if constexpr (kActWeight) {
             accum(i) += p(i) * (sfa(i) * sb.x);
             accum(i + 1) += p(i + 1) * (sfa(i + 1) * sb.y);
@@ -214,17 +188,12 @@ struct FoldMainloop : Base {
     };
 
     // Waits for the next stage's buffers and issues its k-block into the partial p; its stage.
-    // Whether the stage after it has arrived is tested (mbarrier.test_wait, which never blocks)
-    // while the wgmma runs, so that the next k-block finds its answer at hand instead of waiting
-    // for the barrier's latency after the fold (ncu, round 8: the 128x192 kernel's consumers spent
-    // about 6 % of their time on the test-and-wait right before their wgmmas).
-    auto token = pipeline.consumer_test_wait(smem_pipe_read);
     const auto next_block = [&](auto& p) {
+      auto token = pipeline.consumer_try_wait(smem_pipe_read);
       pipeline.consumer_wait(smem_pipe_read, token);
       const int stage = smem_pipe_read.index();
       issue(p, stage);
       ++smem_pipe_read;
-      token = pipeline.consumer_test_wait(smem_pipe_read);
       return stage;
     };
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
@@ -234,7 +203,7 @@ struct FoldMainloop : Base {
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
         const int stage = next_block(p0);
-        read_scales(stage);
+        row_scales(stage);
         warpgroup_wait<0>();
         fold(p0, stage);
         if (left > 1) {
@@ -246,15 +215,11 @@ struct FoldMainloop : Base {
       auto p1 = make_fragment_like(accum);
       clear(p1);  // as p0 (above)
       int held = next_block(p0);  // the stage of the partial in flight
-      // One k-block: read the scales of `prev`'s k-block, issue `next`, wait for `prev`'s wgmma,
-      // fold it, release its stage. The scales are read before `next`'s wgmmas are issued: read
-      // after, their shared-memory loads queue behind those wgmmas' operand reads (24 KiB a
-      // warpgroup a 128x128 k-block) and the fold waits for them (ncu, round 8: most of the
-      // two-partial wgrad kernel's fold stalled on its scale loads, the tensor pipe 49-57 % busy).
+      // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
       const auto step = [&](auto& next, auto& prev) {
-        read_scales(held);
         const int stage = next_block(next);
         warpgroup_wait<1>();
+        row_scales(held);  // (under the next wgmma anyway: read after the wait, as before)
         fold(prev, held);
         pipeline.consumer_release(release);
         ++release;
@@ -269,12 +234,12 @@ struct FoldMainloop : Base {
       }
       if (left == 1) {
         step(p1, p0);
-        read_scales(held);  // the last k-block's
         warpgroup_wait<0>();
+        row_scales(held);
         fold(p1, held);
       } else {
-        read_scales(held);
         warpgroup_wait<0>();
+        row_scales(held);
         fold(p0, held);
       }
     }
