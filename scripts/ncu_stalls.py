@@ -45,7 +45,6 @@ def load(path):
             return int(float(v)) if v not in ("", "-") else 0
 
         out.append({
-            "addr": r[col["Address"]],
             "sass": r[col["Source"]].strip(),
             "samples": num("Warp Stall Sampling (All Samples)"),
             "executed": num("Instructions Executed"),

@@ -16,6 +16,20 @@ using test::quote;
 
 namespace {
 test::Run bench(const std::string& args) { return test::run_cli("bench", args); }
+
+// An existing --h5 file is refused without --force (exit 2, naming the fix) and left as it was.
+template <class Front>
+void check_existing_file_kept(const std::string& out, Front run) {
+  std::ofstream(out) << "not mine";
+  const test::Run r = run("--no-gemm --h5 " + quote(out));
+  CAPTURE(r.output);
+  CHECK(r.rc == 2);
+  CHECK(r.output.find("pass --force") != std::string::npos);
+  std::ifstream in(out);
+  std::string kept;
+  std::getline(in, kept);
+  CHECK(kept == "not mine");
+}
 }  // namespace
 
 TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing") {
@@ -53,15 +67,7 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   CHECK(r.rc == 2);
   CHECK(r.lines() == 1);
 
-  std::ofstream(out) << "not mine";  // an existing file is refused without --force
-  r = bench("--no-gemm --h5 " + quote(out));
-  CAPTURE(r.output);
-  CHECK(r.rc == 2);
-  CHECK(r.output.find("pass --force") != std::string::npos);
-  std::ifstream in(out);
-  std::string kept;
-  std::getline(in, kept);
-  CHECK(kept == "not mine");
+  check_existing_file_kept(out, bench);
 }
 
 #ifdef FP8MOE_BENCH_KERNELS_BIN
@@ -78,15 +84,8 @@ TEST_CASE("fp8moe-bench-kernels: the same option errors, one line and exit 2, no
     CHECK(r.output.find("fp8moe-bench-kernels: ") == 0);
     CHECK_FALSE(std::filesystem::exists(out));
   }
-  std::ofstream(out) << "not mine";  // an existing file is refused without --force, and kept
-  const test::Run r = test::run_program(FP8MOE_BENCH_KERNELS_BIN, "--no-gemm --h5 " + quote(out));
-  CAPTURE(r.output);
-  CHECK(r.rc == 2);
-  CHECK(r.output.find("pass --force") != std::string::npos);
-  std::ifstream in(out);
-  std::string kept;
-  std::getline(in, kept);
-  CHECK(kept == "not mine");
+  check_existing_file_kept(out,
+                           [](const std::string& args) { return test::run_program(FP8MOE_BENCH_KERNELS_BIN, args); });
 }
 #endif
 
