@@ -55,8 +55,6 @@ struct Shape {
   std::int64_t E, Me, N, K;
 };
 
-int g_row = 0;
-
 // What a row's figure was checked against, and how many elements failed (any > 0 fails the bench).
 struct Check {
   std::int64_t wrong = 0;
@@ -70,21 +68,20 @@ double tflops_of(const Shape& s, double ms) {
 constexpr const char* kPerTensor = "cublaslt per-tensor FP8, same codes and shapes";
 
 // One table row; base_ms > 0: the median of its baseline (`base_what`) on the same pass and shape.
-void row(h5::Group* rows, const std::string& backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0,
+void row(Run& run, const std::string& backend, Pass p, const Shape& s, double ms, const Check& c, double base_ms = 0,
          const char* base_what = kPerTensor, const std::string& config = {}) {
   const double tflops = tflops_of(s, ms);
   const double base = base_ms > 0 ? tflops_of(s, base_ms) : 0;
   char extra[64] = "|          - |      - |";
   if (base_ms > 0) std::snprintf(extra, sizeof extra, "| %10.1f | %5.1f%% |", base, 100.0 * tflops / base);
-  if (c.wrong != 0) ++failed_checks();
+  run.count_check(c.wrong);
   std::printf("| %-16s | %-5s | (%2lld,%5lld,%5lld,%5lld) | %9.3f | %8.1f %s %9lld | %s\n", backend.c_str(), pass_name(p),
               static_cast<long long>(s.E), static_cast<long long>(s.Me), static_cast<long long>(s.N),
               static_cast<long long>(s.K), ms, tflops, extra, static_cast<long long>(c.wrong), c.how.c_str());
   std::fflush(stdout);
+  h5::Group* rows = run.rows(Table::gemm);
   if (!rows) return;
-  char name[32];
-  std::snprintf(name, sizeof name, "row%03d", g_row++);
-  h5::Group g = rows->create_group(name);
+  h5::Group g = rows->create_group(run.next_row_name(Table::gemm));
   g.set_attr("backend", backend);
   g.set_attr("pass", pass_name(p));
   g.set_attr("E", s.E);
@@ -93,7 +90,7 @@ void row(h5::Group* rows, const std::string& backend, Pass p, const Shape& s, do
   g.set_attr("K", s.K);
   g.set_attr("median_ms", ms);
   g.set_attr("tflops", tflops);
-  g.set_attr("runs", bench::timing().runs);
+  g.set_attr("runs", run.timing().runs);
   g.set_attr("wrong", c.wrong);
   g.set_attr("check", c.how);
   if (!config.empty()) g.set_attr("config", config);
@@ -133,8 +130,8 @@ struct LtResult {
   bool split = false;        // some expert ran split-K (the cutlass row needs its own model)
 };
 
-LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
-                 const LtCallFn& call, const ModelFn& model, h5::Group* rows) {
+LtResult lt_pass(Run& run, CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out, const GemmOptions& opt,
+                 const LtCallFn& call, const ModelFn& model) {
   const auto n = static_cast<std::size_t>(n_out);
   DeviceBuffer<std::uint16_t> out(n);
   out.fill_sentinel();
@@ -156,7 +153,7 @@ LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out
   }
   Check c{bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, cuBLASLt's splits)"};
 
-  const double blk = median_ms([&] { call(LtScaling::block, out.get()); });
+  const double blk = run.median_ms([&] { call(LtScaling::block, out.get()); });
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cublaslt timing", s));
   const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
   c.wrong += drift;
@@ -169,8 +166,8 @@ LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out
   for (const std::uint16_t b : download(base.get(), n)) nonfinite += !std::isfinite(bf16_to_f32(b));
   c.wrong += nonfinite;
   c.how += nonfinite ? "; per-tensor baseline has non-finite outputs" : "; per-tensor baseline finite";
-  const double pt = median_ms([&] { call(LtScaling::per_tensor, base.get()); });
-  row(rows, "cublaslt", p, s, blk, c, pt);
+  const double pt = run.median_ms([&] { call(LtScaling::per_tensor, base.get()); });
+  row(run, "cublaslt", p, s, blk, c, pt);
   LtResult r{blk, std::move(want), false};
   for (const std::int32_t k : m.split_k) r.split = r.split || k > 1;
   return r;
@@ -180,10 +177,10 @@ LtResult lt_pass(CublasLtGrouped& lt, Pass p, const Shape& s, std::int64_t n_out
 // One CUTLASS pass on the same codes: checked bitwise against hopper-tc:cublas without splits (or,
 // `verified` given, against that output of an earlier configuration, which was), then timed; its
 // baseline the cuBLASLt loop's median from `lt`. Returns the checked output.
-std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped& cut, Pass p, const Shape& s,
+std::vector<std::uint16_t> cutlass_pass(Run& run, const std::string& name, CutlassGrouped& cut, Pass p, const Shape& s,
                                         std::int64_t n_out, const GemmOptions& opt,
                                         const std::function<void(std::uint16_t*)>& call, const ModelFn& model,
-                                        const LtResult& lt, h5::Group* rows, const std::vector<std::uint16_t>* verified) {
+                                        const LtResult& lt, const std::vector<std::uint16_t>* verified) {
   const auto n = static_cast<std::size_t>(n_out);
   DeviceBuffer<std::uint16_t> out(n);
   out.fill_sentinel();
@@ -208,12 +205,12 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
     }
     c = {bytes_differ(got, want), "bitwise vs hopper-tc:cublas (simt model, no splits)"};
   }
-  const double ms = median_ms([&] { call(out.get()); });
+  const double ms = run.median_ms([&] { call(out.get()); });
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), shape_name("cutlass timing", s));
   const std::int64_t drift = bytes_differ(download(out.get(), n), checked);
   c.wrong += drift;
   if (drift) c.how += "; timed output differs from the checked one";
-  row(rows, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run",
+  row(run, name, p, s, ms, c, lt.ms, "cublaslt loop (block-scaled), same codes and shapes, timed in the same run",
       cut.last_config());
   if (name == "cutlass") {
     // The same kernel with every launch re-initialized (two output buffers in turn, so no launch
@@ -223,7 +220,7 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
     alt.fill_sentinel();
     bool flip = true;  // the row above's last launch wrote `out`: start with the other buffer
     const std::int64_t reused = cut.reused_launches();
-    const double reinit_ms = median_ms([&] {
+    const double reinit_ms = run.median_ms([&] {
       call(flip ? alt.get() : out.get());
       flip = !flip;
     });
@@ -234,7 +231,7 @@ std::vector<std::uint16_t> cutlass_pass(const std::string& name, CutlassGrouped&
       ++r.wrong;
       r.how += "; a launch reran the cached object";
     }
-    row(rows, "cutlass re-init", p, s, reinit_ms, r, ms, "the cutlass row (its launches rerun the cached CUTLASS object)",
+    row(run, "cutlass re-init", p, s, reinit_ms, r, ms, "the cutlass row (its launches rerun the cached CUTLASS object)",
         cut.last_config());
   }
   return checked;
@@ -285,7 +282,7 @@ DeviceQuantized quantized_input(Recipe r, const std::vector<std::int64_t>& shape
   return quantize<float>(r, x.get(), shape, offs, q);
 }
 
-void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[maybe_unused]] bool cutlass_tune,
+void bench_cublaslt(Run& run, CublasLtGrouped& lt, const Shape& s, [[maybe_unused]] bool cutlass_tune,
                     [[maybe_unused]] const std::string& only) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
@@ -300,8 +297,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[mayb
     for (const auto& [name, k] :
          cutlass_variants(p == Pass::wgrad ? ScaleKind::act_act : ScaleKind::act_weight, cutlass_tune, only)) {
       cut.set_kernel(k);
-      std::vector<std::uint16_t> got = cutlass_pass(name, cut, p, s, n_out, opt, [&](std::uint16_t* out) { call(cut, out); },
-                                                    model, r, rows, first.empty() ? nullptr : &first);
+      std::vector<std::uint16_t> got = cutlass_pass(run, name, cut, p, s, n_out, opt,
+                                                    [&](std::uint16_t* out) { call(cut, out); }, model, r,
+                                                    first.empty() ? nullptr : &first);
       if (first.empty()) first = std::move(got);
     }
   };
@@ -311,9 +309,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[mayb
     const DeviceQuantized a_q = quantized_input(Recipe::act_lhs, {M, s.K}, kTensorA, {}, q);
     const DeviceQuantized w_q = quantized_input(Recipe::weight_fwd, {s.E, s.N, s.K}, kTensorW, {}, q);
     const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_fwd(a_q, w_q, offs, m, out); };
-    const LtResult r = lt_pass(lt, Pass::fwd, s, M * s.N, opt,
+    const LtResult r = lt_pass(run, lt, Pass::fwd, s, M * s.N, opt,
                                [&](LtScaling sc, std::uint16_t* out) { lt.fwd(a_q, w_q, offs, opt, out, nullptr, sc); },
-                               model, rows);
+                               model);
 #ifdef FP8MOE_HAVE_CUTLASS
     cutlass_rows(Pass::fwd, M * s.N, model, r, [&](CutlassGrouped& c, std::uint16_t* out) { c.fwd(a_q, w_q, offs, opt, out); });
 #endif
@@ -323,9 +321,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[mayb
     const DeviceQuantized g_q = quantized_input(Recipe::act_lhs, {M, s.N}, kTensorGradOut, {}, q);
     const DeviceQuantized w_q = quantized_input(Recipe::weight_dgrad, {s.E, s.N, s.K}, kTensorW, {}, q);
     const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_dgrad(g_q, w_q, offs, m, out); };
-    const LtResult r = lt_pass(lt, Pass::dgrad, s, M * s.K, opt,
+    const LtResult r = lt_pass(run, lt, Pass::dgrad, s, M * s.K, opt,
                                [&](LtScaling sc, std::uint16_t* out) { lt.dgrad(g_q, w_q, offs, opt, out, nullptr, sc); },
-                               model, rows);
+                               model);
 #ifdef FP8MOE_HAVE_CUTLASS
     cutlass_rows(Pass::dgrad, M * s.K, model, r, [&](CutlassGrouped& c, std::uint16_t* out) { c.dgrad(g_q, w_q, offs, opt, out); });
 #endif
@@ -337,9 +335,9 @@ void bench_cublaslt(CublasLtGrouped& lt, const Shape& s, h5::Group* rows, [[mayb
     const DeviceQuantized at_q = quantized_input(Recipe::kgrouped_lhs, {M, s.K}, kTensorA, offs, q);
     const DeviceQuantized a_q = quantized_input(Recipe::kgrouped_rhs, {M, s.K}, kTensorA, offs, q);
     const ModelFn model = [&](const GemmOptions& m, float* out) { simt_grouped_wgrad(g_q, a_q, offs, m, out); };
-    const LtResult r = lt_pass(lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
+    const LtResult r = lt_pass(run, lt, Pass::wgrad, s, s.E * s.N * s.K, opt,
                                [&](LtScaling sc, std::uint16_t* out) { lt.wgrad(g_q, at_q, offs, opt, out, nullptr, sc); },
-                               model, rows);
+                               model);
 #ifdef FP8MOE_HAVE_CUTLASS
     cutlass_rows(Pass::wgrad, s.E * s.N * s.K, model, r,
                  [&](CutlassGrouped& c, std::uint16_t* out) { c.wgrad(g_q, at_q, offs, opt, out); });
@@ -367,7 +365,7 @@ Check hp64_check(const std::vector<double>& got, const TensorD& want) {
   return {nonfinite + (db >= 250.0 ? 0 : 1), how};
 }
 
-void bench_cuda_cores(const Shape& s, h5::Group* rows) {
+void bench_cuda_cores(Run& run, const Shape& s) {
   const std::int64_t M = s.E * s.Me;
   const std::vector<std::int32_t> offs = uniform_offs(s);
   GemmOptions opt;
@@ -388,7 +386,7 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
     out.fill_sentinel();
     fn();
     const Check c = simt_check(download(out.get(), static_cast<std::size_t>(n_out)), want);
-    row(rows, "simt deepgemm", p, s, median_ms(fn), c);
+    row(run, "simt deepgemm", p, s, run.median_ms(fn), c);
   };
   simt(Pass::fwd, [&] { simt_grouped_fwd(a_q, w_q, offs, opt, out.get()); }, M * s.N,
        grouped_fwd_q(a_q.to_host(), w_q.to_host(), offs, opt));
@@ -409,7 +407,7 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
     out64.fill_sentinel();
     fn();
     const Check c = hp64_check(download(out64.get(), static_cast<std::size_t>(n_out)), want);
-    row(rows, "hp64", p, s, median_ms(fn), c);
+    row(run, "hp64", p, s, run.median_ms(fn), c);
   };
   hp64(Pass::fwd, [&] { hp64_grouped_fwd(a.get(), w.get(), M, s.N, s.K, offs, out64.get()); }, M * s.N,
        grouped_fwd(ah, wh, offs, hp));
@@ -422,7 +420,7 @@ void bench_cuda_cores(const Shape& s, h5::Group* rows) {
 
 }  // namespace
 
-void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only) {
+void bench_gemms(Run& run, bool cutlass_tune, const std::string& only) {
 #ifdef FP8MOE_HAVE_CUTLASS
   check_cutlass_only(cutlass_tune, only);
 #endif
@@ -435,9 +433,9 @@ void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only) {
   // m-grouped shape (4, 8192, 4096, 7168), (16, 2048, 5120, 8192), Qwen3-MoE-like (16, 2048, 3072, 4096)
   for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
                          Shape{16, 2048, 5120, 8192}, Shape{16, 2048, 3072, 4096}}) {
-    bench_cublaslt(lt, s, rows, cutlass_tune, only);
+    bench_cublaslt(run, lt, s, cutlass_tune, only);
   }
-  bench_cuda_cores(Shape{4, 1024, 1024, 1024}, rows);
+  bench_cuda_cores(run, Shape{4, 1024, 1024, 1024});
 }
 
 }  // namespace fp8moe::kernels::bench

@@ -40,8 +40,8 @@ namespace {
 using namespace fp8moe;
 using namespace fp8moe::kernels;
 
-using bench::timing;
-using bench::median_ms;
+using bench::Run;
+using bench::Table;
 
 struct QuantCase {
   Recipe recipe;
@@ -50,8 +50,6 @@ struct QuantCase {
 };
 
 std::string shape_text(const std::vector<std::int64_t>& s) { return shape_str(s); }
-
-int g_quant_row = 0;
 
 // Codes and scales that differ between the timed output, a fresh device quantize of the same
 // input, and the CPU reference on the same values (bitwise; any NaN scale counts as different).
@@ -79,7 +77,7 @@ std::int64_t quant_wrong(const QuantCase& c, const DeviceBuffer<T>& x, const Dev
 }
 
 template <class T>
-void bench_quant(const QuantCase& c, const char* dtype, const QuantOptions& opt, h5::Group* rows) {
+void bench_quant(Run& run, const QuantCase& c, const char* dtype, const QuantOptions& opt) {
   std::int64_t n = 1;
   for (auto d : c.shape) n *= d;
   const QuantLayout l = quant_layout(c.recipe, c.shape, c.offs, opt);
@@ -91,25 +89,24 @@ void bench_quant(const QuantCase& c, const char* dtype, const QuantOptions& opt,
   DeviceBuffer<std::uint8_t> codes(static_cast<std::size_t>(l.code_count()));
   DeviceBuffer<float> scales(static_cast<std::size_t>(l.scale_count()));
   DeviceBuffer<std::uint8_t> copy_dst(x.bytes());
-  const double q_ms = median_ms([&] {
+  const double q_ms = run.median_ms([&] {
     quantize_into<T>(c.recipe, x.get(), c.shape, c.offs, codes.get(), scales.get(), opt);
   });
-  const double c_ms = median_ms([&] {
+  const double c_ms = run.median_ms([&] {
     FP8MOE_CUDA_CHECK(cudaMemcpyAsync(copy_dst.get(), x.get(), x.bytes(), cudaMemcpyDeviceToDevice), x.bytes(), " bytes");
   });
   FP8MOE_CUDA_CHECK(cudaDeviceSynchronize(), "after ", recipe_name(c.recipe));
   const std::int64_t wrong = quant_wrong(c, x, codes, scales, opt);
-  if (wrong != 0) ++bench::failed_checks();
+  run.count_check(wrong);
   const double q_bytes = static_cast<double>(x.bytes() + codes.bytes() + scales.bytes());
   const double q_gbs = q_bytes / (q_ms * 1e-3) / 1e9, c_gbs = 2.0 * x.bytes() / (c_ms * 1e-3) / 1e9;
   std::printf("| %-12s | %-5s | %-18s | %4d | %9.3f | %8.1f | %9.3f | %8.1f | %5.1f%% | %9lld |\n", recipe_name(c.recipe),
               dtype, shape_text(c.shape).c_str(), opt.block, q_ms, q_gbs, c_ms, c_gbs, 100.0 * q_gbs / c_gbs,
               static_cast<long long>(wrong));
   std::fflush(stdout);
+  h5::Group* rows = run.rows(Table::quant);
   if (!rows) return;
-  char name[32];
-  std::snprintf(name, sizeof name, "row%03d", g_quant_row++);
-  h5::Group g = rows->create_group(name);
+  h5::Group g = rows->create_group(run.next_row_name(Table::quant));
   g.set_attr("recipe", recipe_name(c.recipe));
   g.set_attr("input", dtype);
   g.set_attr("shape", shape_text(c.shape));
@@ -133,12 +130,11 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     std::printf("GPU kernel bench: no CUDA device is visible; nothing to measure (exit %d)\n", kBenchNoDevice);
     return kBenchNoDevice;
   }
-  timing() = {o.warmup, o.runs};
   cudaDeviceProp p{};
   FP8MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("GPU kernel bench on %s (sm_%d%d, %d SMs); median of %d runs after %d warm-up, CUDA events, L2 flushed "
               "before each run; every row checked first (wrong: elements that differ from its check)\n\n",
-              p.name, p.major, p.minor, p.multiProcessorCount, timing().runs, timing().warmup);
+              p.name, p.major, p.minor, p.multiProcessorCount, o.runs, o.warmup);
   // The rows go to PATH.tmp, published as PATH once complete (results/output_file.hpp): a failed
   // run leaves no file that looks like a result (the OutputFile removes its temporary file).
   if (!o.h5_path.empty() && !o.out) fail("run_kernel_bench: --h5 ", o.h5_path, " was not checked and locked by the caller");
@@ -149,11 +145,12 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     file->set_attr("device", p.name);
     file->set_attr("sm", p.major * 10 + p.minor);
     file->set_attr("argv", o.command);
-    file->set_attr("runs", timing().runs);
-    file->set_attr("warmup", timing().warmup);
+    file->set_attr("runs", o.runs);
+    file->set_attr("warmup", o.warmup);
     qrows.emplace(file->create_group("quant"));
     grows.emplace(file->create_group("gemm"));
   }
+  Run run({o.warmup, o.runs}, qrows ? &*qrows : nullptr, grows ? &*grows : nullptr);
   if (o.quant) {
     std::printf("| recipe       | input | shape              |    B | quant ms  | quant GB/s | copy ms   | copy GB/s | q/copy |     wrong |\n");
     std::printf("|--------------|-------|--------------------|------|-----------|----------|-----------|----------|--------|-----------|\n");
@@ -168,18 +165,19 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     };
     const QuantOptions opt;
     for (const QuantCase& c : cases) {
-      bench_quant<Bf16Bits>(c, "bf16", opt, qrows ? &*qrows : nullptr);
-      bench_quant<float>(c, "fp32", opt, qrows ? &*qrows : nullptr);
+      bench_quant<Bf16Bits>(run, c, "bf16", opt);
+      bench_quant<float>(run, c, "fp32", opt);
     }
   }
-  if (o.gemm) bench::bench_gemms(grows ? &*grows : nullptr, o.cutlass_tune, o.cutlass_only);
-  if (const int bad = bench::failed_checks(); bad > 0) {
+  if (o.gemm) bench::bench_gemms(run, o.cutlass_tune, o.cutlass_only);
+  if (const int bad = run.failed_checks(); bad > 0) {
     // The figures of wrong results are not results: no file is published (the OutputFile removes
     // its temporary file), and the exit status says so.
     fail(bad, " timed configuration(s) failed their check (the wrong column above): their figures are of wrong "
          "results; run the GPU tests (tests/kernels) to find the cause");
   }
   if (file) {
+    run.forget_rows();  // before the groups it points at are closed
     qrows.reset();
     grows.reset();
     file->set_attr("status", "complete");  // written last (reference/SPEC.md 14.1)

@@ -3,10 +3,13 @@
 // llm.c's dev/cuda and nccl-tests: every timed configuration is first checked in the same run
 // (its `wrong` count printed next to the figure), L2 is flushed before every sample (so a kernel
 // is not timed on operands a previous sample left in cache), CUDA events are owned (freed on every
-// path), timing().warmup untimed runs, the median of timing().runs (3 and 30 unless the bench's
+// path), Timing::warmup untimed runs, the median of Timing::runs (3 and 30 unless the bench's
 // --warmup and --runs say otherwise: fewer under a profiler, which then sees few launches a row).
+// One Run holds a bench's state (its timing, the flush buffer, the failed checks, the HDF5 rows
+// written) and is passed to whatever times or writes a row: nothing process-wide.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -23,11 +26,6 @@ namespace fp8moe::kernels::bench {
 struct Timing {
   int warmup = 3, runs = 30;
 };
-// The bench's timing, set once from its options (run_kernel_bench) before anything is timed.
-inline Timing& timing() {
-  static Timing t;
-  return t;
-}
 
 // One CUDA event, destroyed with its owner (also when a timed function throws).
 class Event {
@@ -59,25 +57,6 @@ class L2Flush {
   unsigned fill_ = 0;
 };
 
-// The median of timing().runs timed calls of fn, each after an L2 flush (outside the timed interval).
-inline double median_ms(const std::function<void()>& fn) {
-  static L2Flush flush;  // one buffer for the whole bench
-  const Event a, b;
-  const int runs = timing().runs;
-  for (int i = 0; i < timing().warmup; ++i) fn();
-  std::vector<float> ms(static_cast<std::size_t>(runs));
-  for (int i = 0; i < runs; ++i) {
-    flush();
-    FP8MOE_CUDA_CHECK(cudaEventRecord(a.get()));
-    fn();
-    FP8MOE_CUDA_CHECK(cudaEventRecord(b.get()));
-    FP8MOE_CUDA_CHECK(cudaEventSynchronize(b.get()));
-    FP8MOE_CUDA_CHECK(cudaEventElapsedTime(&ms[static_cast<std::size_t>(i)], a.get(), b.get()));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[static_cast<std::size_t>(runs / 2)];
-}
-
 template <class T>
 std::vector<T> download(const T* p, std::size_t n) {
   std::vector<T> h(n);
@@ -95,15 +74,61 @@ std::int64_t bytes_differ(const std::vector<T>& a, const std::vector<T>& b) {
   return n;
 }
 
-// Checks that failed in this run; run_kernel_bench fails at the end when there is any.
-inline int& failed_checks() {
-  static int n = 0;
-  return n;
-}
+// The two tables whose rows go to HDF5 (groups /quant and /gemm).
+enum class Table { quant, gemm };
+
+// One run of the bench (run_kernel_bench): constructed once a CUDA device is known to be there.
+class Run {
+ public:
+  // quant_rows, gemm_rows: the HDF5 groups the tables' rows go to (null: tables only, no --h5).
+  Run(Timing t, h5::Group* quant_rows, h5::Group* gemm_rows) : timing_(t), rows_{quant_rows, gemm_rows} {}
+
+  const Timing& timing() const { return timing_; }
+
+  // The median of timing().runs timed calls of fn, after timing().warmup untimed ones, each timed
+  // call after an L2 flush (outside the timed interval).
+  double median_ms(const std::function<void()>& fn) {
+    const Event a, b;
+    for (int i = 0; i < timing_.warmup; ++i) fn();
+    std::vector<float> ms(static_cast<std::size_t>(timing_.runs));
+    for (float& m : ms) {
+      flush_();
+      FP8MOE_CUDA_CHECK(cudaEventRecord(a.get()));
+      fn();
+      FP8MOE_CUDA_CHECK(cudaEventRecord(b.get()));
+      FP8MOE_CUDA_CHECK(cudaEventSynchronize(b.get()));
+      FP8MOE_CUDA_CHECK(cudaEventElapsedTime(&m, a.get(), b.get()));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+  // A row's check: `wrong` elements differ from it (any > 0 fails the run after the tables).
+  void count_check(std::int64_t wrong) { failed_ += wrong != 0; }
+  int failed_checks() const { return failed_; }
+
+  // The group table t's rows go to, or null (no --h5, or after forget_rows); next_row_name:
+  // "row000", "row001", ... in the order that table's rows are written.
+  h5::Group* rows(Table t) const { return rows_[static_cast<int>(t)]; }
+  void forget_rows() { rows_[0] = rows_[1] = nullptr; }
+  std::string next_row_name(Table t) {
+    char name[32];
+    std::snprintf(name, sizeof name, "row%03d", written_[static_cast<int>(t)]++);
+    return name;
+  }
+
+ private:
+  Timing timing_;
+  L2Flush flush_;  // one buffer for the whole run
+  int failed_ = 0;
+  h5::Group* rows_[2];
+  int written_[2] = {0, 0};
+};
 
 // The GEMM table (bench_gemm.cu): every GPU backend's fwd, dgrad and wgrad at the production
-// shapes; rows also go to `rows` (one subgroup per row, attributes as columns) when given.
-// cutlass_tune: also every CUTLASS configuration whose row name contains `only` (empty: all).
-void bench_gemms(h5::Group* rows, bool cutlass_tune, const std::string& only);
+// shapes; rows also go to run.rows(Table::gemm) (one subgroup per row, attributes as columns)
+// when there is one. cutlass_tune: also every CUTLASS configuration whose row name contains
+// `only` (empty: all).
+void bench_gemms(Run& run, bool cutlass_tune, const std::string& only);
 
 }  // namespace fp8moe::kernels::bench
