@@ -4,13 +4,11 @@
 // (cuBLASLt next to its per-tensor FP8 loop on the same codes), each baseline timed in the same
 // run (bench_quant.cu, bench_gemm.cu). Tables on stdout, one HDF5 subgroup per row under /quant
 // and /gemm when h5_path is set (root attribute status = "complete" written last).
+#include <optional>
 #include <string>
 
 #include "reference/error.hpp"
-
-namespace fp8moe::results {
-class OutputFile;
-}
+#include "results/output_file.hpp"
 
 namespace fp8moe::kernels {
 
@@ -33,8 +31,9 @@ struct KernelBenchOptions {
 };
 
 // Throws an Error naming a --runs or --warmup outside its bounds, or a combination that leaves
-// nothing to time. Both front ends (`fp8moe bench`, fp8moe-bench-kernels) call it before anything
-// else (a build without CUDA refuses the same), and run_kernel_bench again for other callers.
+// nothing to time. Both front ends (`fp8moe bench`, fp8moe-bench-kernels) call it through
+// prepare_bench before anything else (a build without CUDA refuses the same); run_kernel_bench
+// calls it again, for callers that did not.
 inline void check_bench_options(const KernelBenchOptions& o) {
   if (o.runs < 1 || o.runs > 100000) fail("bench: --runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
   if (o.warmup < 0 || o.warmup > 100000) {
@@ -42,6 +41,21 @@ inline void check_bench_options(const KernelBenchOptions& o) {
   }
   if (o.cutlass_tune && !o.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
   if (!o.quant && !o.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
+}
+
+// What both front ends do before anything runs: check_bench_options, then, with an --h5 path,
+// check and lock that file into `out` and point opt.out at it (an existing file is refused
+// unless `force`). Throws an Error naming the value and its fix (the front ends exit 2).
+inline void prepare_bench(KernelBenchOptions& opt, bool force, std::optional<results::OutputFile>& out) {
+  check_bench_options(opt);
+  if (opt.h5_path.empty()) return;
+  results::OutputRequest req;
+  req.path = opt.h5_path;
+  req.flag = "--h5";
+  req.force = force;
+  req.exists_fix = "pass --force to overwrite it, or name another file";
+  out.emplace(req);
+  opt.out = &*out;
 }
 
 inline constexpr int kBenchNoDevice = 77;  // the exit status when no CUDA device is visible

@@ -15,7 +15,10 @@
 int main(int argc, char** argv) {
   fp8moe::kernels::KernelBenchOptions opt;
   bool force = false;
-  for (int i = 0; i < argc; ++i) opt.command += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) opt.command += ' ';
+    opt.command += argv[i];
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--h5" && i + 1 < argc) {
@@ -50,16 +53,7 @@ int main(int argc, char** argv) {
   // `fp8moe bench`); a failure while measuring exits 1.
   std::optional<fp8moe::results::OutputFile> out;
   try {
-    fp8moe::kernels::check_bench_options(opt);
-    if (!opt.h5_path.empty()) {
-      fp8moe::results::OutputRequest req;
-      req.path = opt.h5_path;
-      req.flag = "--h5";
-      req.force = force;
-      req.exists_fix = "pass --force to overwrite it, or name another file";
-      out.emplace(req);
-      opt.out = &*out;
-    }
+    fp8moe::kernels::prepare_bench(opt, force, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());
     return 2;

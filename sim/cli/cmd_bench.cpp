@@ -36,18 +36,9 @@ int cmd_bench(const Args& args) {
   if (vm.count("cutlass-only")) opt.cutlass_only = vm["cutlass-only"].as<std::string>();
   opt.warmup = vm["warmup"].as<int>();
   opt.runs = vm["runs"].as<int>();
-  kernels::check_bench_options(opt);
+  if (vm.count("h5")) opt.h5_path = vm["h5"].as<std::string>();
   std::optional<results::OutputFile> out;  // checked and locked before anything runs
-  if (vm.count("h5")) {
-    results::OutputRequest req;
-    req.path = vm["h5"].as<std::string>();
-    req.flag = "--h5";
-    req.force = vm["force"].as<bool>();
-    req.exists_fix = "pass --force to overwrite it, or name another file";
-    out.emplace(req);
-    opt.h5_path = req.path;
-    opt.out = &*out;
-  }
+  kernels::prepare_bench(opt, vm["force"].as<bool>(), out);
   opt.command = "fp8moe bench";
   for (const std::string& a : args) opt.command += " " + a;
   return kernels::run_kernel_bench(opt);
