@@ -1,4 +1,6 @@
-"""Flags shared-memory loads (LDS*) that are in flight across an mbarrier arrive (SYNCS.ARRIVE*):
+"""Usage: lds_across_release.py FILE.sass... (cuobjdump -sass output)
+
+Flags shared-memory loads (LDS*) that are in flight across an mbarrier arrive (SYNCS.ARRIVE*):
 the load is issued before the arrive and its destination is first read after it, so nothing makes
 the warp wait for the load's data before the stage is released."""
 import re, sys
@@ -35,14 +37,8 @@ def dests(op, ops):
 
 def reads(op, ops):
     src = ops if op.startswith(('ST', 'SYNCS', 'RED', 'ATOM')) else ops[1:]
-    r = set()
-    for o in src:
-        for m in reg_re.finditer(o):
-            n = int(m.group(1))
-            r.add(n)
-            if '.64' in op and o.startswith('['): pass
-    # wide sources (e.g. a 64-bit operand) are not expanded: conservative for this check
-    return r
+    # a wide source (a 64-bit operand) counts as its first register only
+    return {int(m.group(1)) for o in src for m in reg_re.finditer(o)}
 
 def check(path):
     found = 0
