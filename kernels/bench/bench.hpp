@@ -35,18 +35,25 @@ struct KernelBenchOptions {
 // prepare_bench before anything else (a build without CUDA refuses the same); run_kernel_bench
 // calls it again, for callers that did not.
 inline void check_bench_options(const KernelBenchOptions& o) {
-  if (o.runs < 1 || o.runs > 100000) fail("bench: --runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
+  if (o.runs < 1 || o.runs > 100000) fail("--runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
   if (o.warmup < 0 || o.warmup > 100000) {
-    fail("bench: --warmup ", o.warmup, " is out of range: give 0 to 100000 untimed calls a row");
+    fail("--warmup ", o.warmup, " is out of range: give 0 to 100000 untimed calls a row");
   }
   if (o.cutlass_tune && !o.gemm) fail("--cutlass-tune times GEMMs: drop --no-gemm");
   if (!o.quant && !o.gemm) fail("--no-quant with --no-gemm leaves nothing to bench: drop one of them");
 }
 
-// What both front ends do before anything runs: check_bench_options, then, with an --h5 path,
-// check and lock that file into `out` and point opt.out at it (an existing file is refused
-// unless `force`). Throws an Error naming the value and its fix (the front ends exit 2).
+// Throws an Error when --cutlass-tune (or --cutlass-only) cannot be honoured: a --cutlass-only
+// filter that names no CUTLASS configuration, or a build without CUTLASS. Checked before anything
+// is measured, with or without a device (bench_gemm.cu; a no-op in the build without CUDA, whose
+// run_kernel_bench refuses everything).
+void check_cutlass_tune(bool tune, const std::string& only);
+
+// What both front ends do before anything runs: check_cutlass_tune, check_bench_options, then,
+// with an --h5 path, check and lock that file into `out` and point opt.out at it (an existing file
+// is refused unless `force`). Throws an Error naming the value and its fix (the front ends exit 2).
 inline void prepare_bench(KernelBenchOptions& opt, bool force, std::optional<results::OutputFile>& out) {
+  check_cutlass_tune(opt.cutlass_tune, opt.cutlass_only);
   check_bench_options(opt);
   if (opt.h5_path.empty()) return;
   results::OutputRequest req;

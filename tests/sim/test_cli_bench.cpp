@@ -70,6 +70,36 @@ TEST_CASE("fp8moe bench: option errors are one line, exit 2, and write nothing")
   check_existing_file_kept(out, bench);
 }
 
+#ifdef FP8MOE_TEST_HAVE_CUTLASS
+TEST_CASE("fp8moe bench: a --cutlass-only filter that names no configuration is refused before anything runs") {
+  // Refused with or without a device (this machine may have none: the refusal comes first, where
+  // a valid filter would exit 77), by both front ends. A filter that names some passes that check
+  // (the next one, on --runs, refuses instead: nothing is timed on a GPU machine either).
+  test::TempDir dir(1);
+  const std::string out = dir.file("t.h5");
+  const auto check = [&](const test::Run& r, const char* prefix) {
+    CAPTURE(r.output);
+    CHECK(r.rc == 2);
+    CHECK(r.lines() == 1);
+    CHECK(r.output.find(prefix) == 0);
+    CHECK(r.output.find("'zz/none' names no CUTLASS configuration") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  };
+  check(bench("--no-quant --cutlass-only zz/none --h5 " + quote(out)), "fp8moe bench: error: ");
+#ifdef FP8MOE_BENCH_KERNELS_BIN
+  check(test::run_program(FP8MOE_BENCH_KERNELS_BIN, "--no-quant --cutlass-only zz/none --h5 " + quote(out)),
+        "fp8moe-bench-kernels: ");
+#endif
+  for (const char* named : {"co/ov", "pp/cl/M1", "n192"}) {
+    const test::Run r = bench(std::string("--no-quant --cutlass-only ") + named + " --runs 0");
+    CAPTURE(named);
+    CAPTURE(r.output);
+    CHECK(r.rc == 2);
+    CHECK(r.output.find("--runs 0 is out of range") != std::string::npos);
+  }
+}
+#endif
+
 #ifdef FP8MOE_BENCH_KERNELS_BIN
 TEST_CASE("fp8moe-bench-kernels: the same option errors, one line and exit 2, nothing written") {
   test::TempDir dir(1);
