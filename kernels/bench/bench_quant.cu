@@ -120,6 +120,26 @@ void bench_quant(Run& run, const QuantCase& c, const char* dtype, const QuantOpt
   g.set_attr("check", "bitwise vs a fresh quantize and the CPU reference");
 }
 
+// The quantizer table: every recipe on bf16 and fp32 input, each next to a device copy.
+void quant_table(Run& run) {
+  std::printf("| recipe       | input | shape              |    B | quant ms  | quant GB/s | copy ms   | copy GB/s | q/copy |     wrong |\n");
+  std::printf("|--------------|-------|--------------------|------|-----------|----------|-----------|----------|--------|-----------|\n");
+  const std::int64_t M = 16384, K = 7168, E = 8;
+  std::vector<std::int32_t> offs;
+  for (std::int64_t e = 1; e <= E; ++e) offs.push_back(static_cast<std::int32_t>(e * M / E));
+  const std::vector<QuantCase> cases{
+      {Recipe::act_lhs, {M, K}, {}},          {Recipe::act_rhs, {M, K}, {}},
+      {Recipe::act_lhs_t, {M, K}, {}},        {Recipe::weight_fwd, {E, 2048, K}, {}},
+      {Recipe::weight_dgrad, {E, 2048, K}, {}}, {Recipe::kgrouped_lhs, {M, K}, offs},
+      {Recipe::kgrouped_rhs, {M, K}, offs},
+  };
+  const QuantOptions opt;
+  for (const QuantCase& c : cases) {
+    bench_quant<Bf16Bits>(run, c, "bf16", opt);
+    bench_quant<float>(run, c, "fp32", opt);
+  }
+}
+
 }  // namespace
 
 namespace fp8moe::kernels {
@@ -151,34 +171,19 @@ int run_kernel_bench(const KernelBenchOptions& o) {
     qrows.emplace(file->create_group("quant"));
     grows.emplace(file->create_group("gemm"));
   }
-  Run run({o.warmup, o.runs}, qrows ? &*qrows : nullptr, grows ? &*grows : nullptr);
-  if (o.quant) {
-    std::printf("| recipe       | input | shape              |    B | quant ms  | quant GB/s | copy ms   | copy GB/s | q/copy |     wrong |\n");
-    std::printf("|--------------|-------|--------------------|------|-----------|----------|-----------|----------|--------|-----------|\n");
-    const std::int64_t M = 16384, K = 7168, E = 8;
-    std::vector<std::int32_t> offs;
-    for (std::int64_t e = 1; e <= E; ++e) offs.push_back(static_cast<std::int32_t>(e * M / E));
-    const std::vector<QuantCase> cases{
-        {Recipe::act_lhs, {M, K}, {}},          {Recipe::act_rhs, {M, K}, {}},
-        {Recipe::act_lhs_t, {M, K}, {}},        {Recipe::weight_fwd, {E, 2048, K}, {}},
-        {Recipe::weight_dgrad, {E, 2048, K}, {}}, {Recipe::kgrouped_lhs, {M, K}, offs},
-        {Recipe::kgrouped_rhs, {M, K}, offs},
-    };
-    const QuantOptions opt;
-    for (const QuantCase& c : cases) {
-      bench_quant<Bf16Bits>(run, c, "bf16", opt);
-      bench_quant<float>(run, c, "fp32", opt);
-    }
-  }
-  if (o.gemm) bench::bench_gemms(run, o.cutlass_tune, o.cutlass_only);
-  if (const int bad = run.failed_checks(); bad > 0) {
+  const int bad = [&] {
+    Run run({o.warmup, o.runs}, qrows ? &*qrows : nullptr, grows ? &*grows : nullptr);  // gone before they close
+    if (o.quant) quant_table(run);
+    if (o.gemm) bench::bench_gemms(run, o.cutlass_tune, o.cutlass_only);
+    return run.failed_checks();
+  }();
+  if (bad > 0) {
     // The figures of wrong results are not results: no file is published (the OutputFile removes
     // its temporary file), and the exit status says so.
     fail(bad, " timed configuration(s) failed their check (the wrong column above): their figures are of wrong "
          "results; run the GPU tests (tests/kernels) to find the cause");
   }
   if (file) {
-    run.forget_rows();  // before the groups it points at are closed
     qrows.reset();
     grows.reset();
     file->set_attr("status", "complete");  // written last (reference/SPEC.md 14.1)

@@ -107,10 +107,9 @@ class Run {
   void count_check(std::int64_t wrong) { failed_ += wrong != 0; }
   int failed_checks() const { return failed_; }
 
-  // The group table t's rows go to, or null (no --h5, or after forget_rows); next_row_name:
+  // The group table t's rows go to, or null (no --h5); next_row_name:
   // "row000", "row001", ... in the order that table's rows are written.
   h5::Group* rows(Table t) const { return rows_[static_cast<int>(t)]; }
-  void forget_rows() { rows_[0] = rows_[1] = nullptr; }
   std::string next_row_name(Table t) {
     char name[32];
     std::snprintf(name, sizeof name, "row%03d", written_[static_cast<int>(t)]++);
