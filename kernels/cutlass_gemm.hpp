@@ -40,8 +40,10 @@ enum class CutlassSchedule { cooperative, pingpong };
 // wgmma (CUTLASS's collective), under the next block's wgmma (fp8moe's mainloop with two partials,
 // kernels/cutlass_overlap.cuh), or right after its own wgmma in fp8moe's mainloop (one partial, the
 // scales read from shared memory as it folds: the registers of a 160- or 192-wide tile, where
-// CUTLASS's collective spills). The same arithmetic per output element.
-enum class CutlassFold { after_mma, under_next_mma, after_mma_own };
+// CUTLASS's collective spills), or under the other half's wgmma (fp8moe's mainloop with two
+// partials each half the tile's width: the fold of each half under a wgmma of the same warpgroup
+// in the registers of one whole partial). The same arithmetic per output element.
+enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_half };
 // The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };
@@ -114,7 +116,7 @@ struct CutlassScratch {
 // What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 // The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
-// f1 (fp8moe's, one partial), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n<width>
+// f1 (fp8moe's, one partial) | hv (two half-width partials), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n<width>
 // for a tile not 128 wide: "co/ov/M2", "co/f1/N1/n192"; without the walk (raster and swizzle) where `walk`
 // is false: "co/f1/n192" (what a .def line fixes).
 std::string cutlass_short_name(const CutlassKernel& k, bool walk = true);

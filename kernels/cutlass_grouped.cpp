@@ -65,6 +65,7 @@ const char* cutlass_fold_name(CutlassFold f) {
   switch (f) {
     case CutlassFold::under_next_mma: return "fold under the next wgmma";
     case CutlassFold::after_mma_own: return "fold after each wgmma (fp8moe's mainloop)";
+    case CutlassFold::under_other_half: return "fold each half under the other's wgmma (fp8moe's mainloop)";
     case CutlassFold::after_mma: break;
   }
   return "fold after each wgmma";
@@ -109,7 +110,10 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
 }
 
 std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
-  const char* fold = k.fold == CutlassFold::under_next_mma ? "ov" : k.fold == CutlassFold::after_mma_own ? "f1" : "cl";
+  const char* fold = k.fold == CutlassFold::under_next_mma     ? "ov"
+                     : k.fold == CutlassFold::after_mma_own    ? "f1"
+                     : k.fold == CutlassFold::under_other_half ? "hv"
+                                                               : "cl";
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());

@@ -33,6 +33,17 @@
 // it read them after the wait; round 5 measured no change from reading them before: SPEC 15.5);
 // with two partials the fold runs under the next wgmma anyway.
 //
+// With kHalves (two partials, each half the tile's width) every k-block is issued as two wgmma
+// chains, one per half of the tile's columns (m64n96k32 for a 192-wide tile), committed
+// separately: the left half's partial is folded while the right half's chain runs, then the next
+// k-block's left half is issued and the right half's partial folded under it. The fold never
+// leaves the tensor cores without a wgmma of the same warpgroup, in the registers of one partial
+// of the whole width (a 192-wide tile: 96 accumulator + 2 x 48 partial floats a thread, where two
+// whole partials would need 288); each chain reads the tile's A once more. A wgmma's C fragment
+// holds whole groups of 8 columns, a half's in the same order as the whole tile's second half
+// (element j of the right half is accumulator element size(accum)/2 + j), so the fold is the
+// same expression on the same elements: same bits.
+//
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
@@ -42,7 +53,7 @@
 
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base, int kPartials, ScaleKind kKind>
+template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -70,6 +81,10 @@ struct FoldMainloop : Base {
                 "B scales per column group need groups of a multiple of 8 columns");
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
+  static_assert(!kHalves || kPartials == 2, "the halves are two partials");
+  static constexpr int kTileM = decltype(cute::size<0>(TileShape{}))::value;
+  static constexpr int kTileN = decltype(cute::size<1>(TileShape{}))::value;
+  static_assert(!kHalves || kTileN % 32 == 0, "halves of a multiple of 16 columns (wgmma's N)");
 
   template <class Accum>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, Accum& accum, int k_tile_count,
@@ -101,7 +116,6 @@ struct FoldMainloop : Base {
     CUTE_STATIC_ASSERT_V(size<1>(tCrA) == size<1>(accum));
     CUTE_STATIC_ASSERT_V(size<1>(tCrB) == size<2>(accum));
 
-    auto p0 = make_fragment_like(accum);  // the partial (two partials: p0 and p1 below)
     auto sfa = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));  // one k-block's row scales, as the accumulator
     // B's scales in registers where they are few (one a tile, or one a column group); a column's
     // are read from shared memory in the fold instead.
@@ -112,12 +126,11 @@ struct FoldMainloop : Base {
         return make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
       }
     }();
-    // The partials are cleared too, though each wgmma chain starts from zero: an undefined partial
-    // lets the compiler seed the loop's copy of one from a register of the other while that one's
-    // wgmma is in flight, and ptxas then serializes the wgmmas.
     clear(accum);
-    clear(p0);
     if (k_tile_count <= 0) return;
+    // The partials are cleared too (below), though each wgmma chain starts from zero: an undefined
+    // partial lets the compiler seed the loop's copy of one from a register of the other while that
+    // one's wgmma is in flight, and ptxas then serializes the wgmmas.
 
     // k-block at `stage` into the partial p, from zero.
     const auto issue = [&](auto& p, int stage) {
@@ -146,19 +159,26 @@ struct FoldMainloop : Base {
         copy(filter_zeros(tCsSFB(_, _, _, make_coord(_0{}, stage))), filter_zeros(sfb));
       }
     };
-    // The finished partial p of the k-block at `stage` into the accumulator (its stage still held;
-    // sfa holds its row scales).
-    const auto fold = [&](auto& p, int stage) {
+    // The finished partial p of the k-block at `stage` into the accumulator elements from `at` on
+    // (0: p is the whole tile's; size(accum)/2: the right half's), its stage still held and sfa
+    // holding its row scales.
+    const auto fold = [&](auto& p, int stage, auto at) {
       warpgroup_fence_operand(p);
       if constexpr (kBOnePerTile) {
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * sfa(i);
+        for (int j = 0; j < size(p); ++j) {
+          const int i = at + j;
+          accum(i) += p(j) * sfa(i);
+        }
       } else if constexpr (!kBPerColumn) {
         // act_weight, one B scale per column group: sfa and sfb repeat along the fragment (stride
         // 0), so the products fl(sa * sb) are as many as a thread's rows times groups (the
         // compiler keeps one of each).
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); ++i) accum(i) += p(i) * (sfa(i) * sfb(i));
+        for (int j = 0; j < size(p); ++j) {
+          const int i = at + j;
+          accum(i) += p(j) * (sfa(i) * sfb(i));
+        }
       } else {
         // B's scales, one per output column: a thread's accumulator elements come in pairs of
         // adjacent columns (elements 2j, 2j+1 of wgmma's C fragment), so one 64-bit load reads a
@@ -166,16 +186,17 @@ struct FoldMainloop : Base {
         // scale loads made the L1/shared pipe wgrad's busiest unit).
         const auto b_scales = tCsSFB(_, _, _, make_coord(_0{}, stage));
         CUTE_STATIC_ASSERT_V((stride<0, 0>(b_scales) == Int<1>{}));
-        static_assert(decltype(size(accum))::value % 2 == 0, "C fragments hold column pairs");
+        static_assert(decltype(size(p))::value % 2 == 0, "C fragments hold column pairs");
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(accum); i += 2) {
+        for (int j = 0; j < size(p); j += 2) {
+          const int i = at + j;
           const float2 sb = *reinterpret_cast<const float2*>(&b_scales(i));
           if constexpr (kActWeight) {
-            accum(i) += p(i) * (sfa(i) * sb.x);
-            accum(i + 1) += p(i + 1) * (sfa(i + 1) * sb.y);
+            accum(i) += p(j) * (sfa(i) * sb.x);
+            accum(i + 1) += p(j + 1) * (sfa(i + 1) * sb.y);
           } else {
-            accum(i) += p(i) * sfa(i) * sb.x;
-            accum(i + 1) += p(i + 1) * sfa(i + 1) * sb.y;
+            accum(i) += p(j) * sfa(i) * sb.x;
+            accum(i + 1) += p(j + 1) * sfa(i + 1) * sb.y;
           }
         }
       }
@@ -205,28 +226,125 @@ struct FoldMainloop : Base {
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
-    if constexpr (kPartials == 1) {
+    if constexpr (kHalves) {
+      // The same wgmma at half the tile's width, on the same warpgroups.
+      using HalfMma = decltype(make_tiled_mma(
+          GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
+                               Shape<Int<kTileM>, Int<kTileN / 2>, decltype(size<2>(TileShape{}))>, GMMA::Major::K,
+                               GMMA::Major::K>(),
+          Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
+      HalfMma half_mma;
+      auto wg_half = half_mma.get_slice(wg_layout(wg));
+      auto tHrA = wg_half.make_fragment_A(wg_half.partition_A(sA));  // (MMA, 1, MMA_K, PIPE)
+      auto tHrB = wg_half.make_fragment_B(wg_half.partition_B(sB));  // (MMA, 2: the halves, MMA_K, PIPE)
+      CUTE_STATIC_ASSERT_V(size<1>(tHrA) == Int<1>{});
+      CUTE_STATIC_ASSERT_V(size<1>(tHrB) == Int<2>{});
+      // The halves' partials, as the half-width wgmma's C fragment (MMA).
+      auto pl = make_fragment_like(partition_fragment_C(half_mma, Shape<Int<kTileM>, Int<kTileN / 2>>{})(_, 0, 0));
+      auto pr = make_fragment_like(pl);
+      static_assert(decltype(size(pl))::value * 2 == decltype(size(accum))::value, "a half is half the accumulator");
+      // Zeroed where the compiler cannot see the value: a partial register known to hold 0 becomes
+      // the source of other zeros (the accumulator's), read while the partial's wgmma is in
+      // flight, and ptxas then serializes every wgmma (C7514).
+      const auto opaque_clear = [](auto& p) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(p); ++i) asm volatile("mov.b32 %0, 0;" : "=f"(p(i)));
+      };
+      opaque_clear(pl);
+      opaque_clear(pr);
+      // k-block at `stage`, half h of the columns, into p from zero: one commit batch.
+      const auto issue_half = [&](auto& p, int h, int stage) {
+        half_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(p);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tHrA); ++kb) {
+          cute::gemm(half_mma, tHrA(_, 0, kb, stage), tHrB(_, h, kb, stage), p);
+          half_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(p);
+      };
+      // Waits for the next stage's buffers (its full barrier tested after the previous issue, as
+      // next_block does); its index.
+      const auto wait_stage = [&] {
+        pipeline.consumer_wait(smem_pipe_read, token);
+        const int stage = smem_pipe_read.index();
+        ++smem_pipe_read;
+        return stage;
+      };
+      constexpr auto kRight = Int<decltype(size(pl))::value>{};  // the right half's first accumulator element
+      // One k-block at `stage`, its left half's chain in flight: issue the right half, wait for the
+      // left one and fold it; then issue the next k-block's left half (`last`: none left) and wait
+      // for the right one and fold it; release the stage.
+      int stage = wait_stage();
+      issue_half(pl, 0, stage);
+      token = pipeline.consumer_test_wait(smem_pipe_read);
+      const auto kblock = [&](auto last) {
+        issue_half(pr, 1, stage);
+        warpgroup_wait<1>();  // the left half of `stage` (its right one in flight)
+        row_scales(stage);
+        fold(pl, stage, _0{});
+        int next = stage;
+        if constexpr (decltype(last)::value) {
+          warpgroup_wait<0>();
+        } else {
+          next = wait_stage();
+          issue_half(pl, 0, next);
+          token = pipeline.consumer_test_wait(smem_pipe_read);
+          warpgroup_wait<1>();  // the right half of `stage` (next's left one in flight)
+        }
+        fold(pr, stage, kRight);
+        if constexpr (!decltype(last)::value) {
+          pipeline.consumer_release(release);
+          ++release;
+        }
+        stage = next;
+      };
+      // Two k-blocks an iteration and the last one or two after the loop: the shape in which ptxas
+      // keeps the chains asynchronous (one chain in flight at the loop's entry and back edge, and
+      // every wait_group retiring a chain it can name). A loop of one k-block an iteration (or
+      // the last k-block folded inside the loop behind a branch) makes ptxas serialize every wgmma
+      // (C7514), as round 7 found.
+      int left = k_tile_count - 1;  // k-blocks after `stage`
+      CUTLASS_PRAGMA_NO_UNROLL
+      while (left >= 2) {
+        kblock(cute::false_type{});
+        kblock(cute::false_type{});
+        left -= 2;
+      }
+      if (left == 1) {
+        kblock(cute::false_type{});
+        kblock(cute::true_type{});
+      } else {
+        kblock(cute::true_type{});
+      }
+    } else if constexpr (kPartials == 1) {
+      auto p0 = make_fragment_like(accum);  // the partial
+      clear(p0);
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
         const int stage = next_block(p0);
         row_scales(stage);
         warpgroup_wait<0>();
-        fold(p0, stage);
+        fold(p0, stage, _0{});
         if (left > 1) {
           pipeline.consumer_release(release);
           ++release;
         }
       }
     } else {
+      auto p0 = make_fragment_like(accum);  // the two partials
       auto p1 = make_fragment_like(accum);
-      clear(p1);  // as p0 (above)
+      clear(p0);
+      clear(p1);
       int held = next_block(p0);  // the stage of the partial in flight
       // One k-block: issue `next`, wait for `prev`'s wgmma, fold it, release its stage.
       const auto step = [&](auto& next, auto& prev) {
         const int stage = next_block(next);
         warpgroup_wait<1>();
         row_scales(held);  // (under the next wgmma anyway: read after the wait, as before)
-        fold(prev, held);
+        fold(prev, held, _0{});
         pipeline.consumer_release(release);
         ++release;
         held = stage;
@@ -242,11 +360,11 @@ struct FoldMainloop : Base {
         step(p1, p0);
         warpgroup_wait<0>();
         row_scales(held);
-        fold(p1, held);
+        fold(p1, held, _0{});
       } else {
         warpgroup_wait<0>();
         row_scales(held);
-        fold(p0, held);
+        fold(p0, held, _0{});
       }
     }
   }
