@@ -129,7 +129,9 @@ CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::
     k.cluster = CutlassCluster::m2n1;
     k.tile_n = 192;
   } else {
-    k.fold = CutlassFold::under_next_mma;
+    k.fold = CutlassFold::under_other_half;
+    k.cluster = CutlassCluster::m2n1;
+    k.tile_n = 192;
   }
   k.raster = m <= n ? CutlassRaster::along_m : CutlassRaster::along_n;
   k.swizzle = k.raster == CutlassRaster::along_m ? 2 : 1;

@@ -36,7 +36,9 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out);
 // The backend's kernel for `kind`'s scales (every configuration computes the same bits; this is
 // the fastest measured, `fp8moe bench --cutlass-tune` on the H100, SPEC 15.5): cooperative tiles;
 // bf16 output: fwd/dgrad (act_weight) 128x192 tiles with fp8moe's one-partial mainloop and cluster
-// 2x1x1, wgrad (act_act) 128x128 tiles with fp8moe's fold under the next wgmma; fp32 output:
+// 2x1x1, wgrad (act_act) 128x192 tiles with fp8moe's half-width fold (each half's partial folded
+// under the other half's wgmma) and cluster 2x1x1 (round 10: 1.00-1.03x the 128x128 two-partial
+// kernel, same walk); fp32 output:
 // 128x128 tiles with CUTLASS's mainloop; the tile walk along the shorter side of the groups'
 // outputs (m rows of the largest group, n columns): along M (swizzle 2) when m <= n, else along N
 // (swizzle 1).
