@@ -58,10 +58,9 @@ struct Config {
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "a wgmma tile width (a multiple of 16 up to 256)");
   static constexpr int kScaleN = kKind == ScaleKind::act_weight ? std::gcd(kTileN, 128) : 1;
   static constexpr bool kExpandB = cutlass_straddles(kKind, kTileN);
-  static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::under_other_half ||
-                    kFold == CutlassFold::under_other_third,
-                "a weight tile whose width is not a multiple of 128 needs fp8moe's one-partial mainloop (CUTLASS's "
-                "folds act_act's arithmetic where B has more than one scale per tile)");
+  static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::under_other_half,
+                "a weight tile whose width is not a multiple of 128 needs one of fp8moe's mainloops that read B's "
+                "scales per column group (CUTLASS's folds act_act's arithmetic where B has more than one scale per tile)");
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -95,8 +94,7 @@ struct Config {
   using CollectiveMainloop =
       cute::conditional_t<kFold == CutlassFold::after_mma, CutlassMainloop,
                           FoldMainloop<CutlassMainloop, kFold == CutlassFold::after_mma_own ? 1 : 2, kKind,
-                                       kFold == CutlassFold::under_other_half,
-                                       kFold == CutlassFold::under_other_third>>;
+                                       kFold == CutlassFold::under_other_half>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

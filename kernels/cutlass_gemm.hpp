@@ -43,7 +43,7 @@ enum class CutlassSchedule { cooperative, pingpong };
 // CUTLASS's collective spills), or under the other half's wgmma (fp8moe's mainloop with two
 // partials each half the tile's width: the fold of each half under a wgmma of the same warpgroup
 // in the registers of one whole partial). The same arithmetic per output element.
-enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_half, under_other_third };
+enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_half };
 // The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };

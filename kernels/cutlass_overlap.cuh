@@ -44,16 +44,6 @@
 // (element j of the right half is accumulator element size(accum)/2 + j), so the fold is the
 // same expression on the same elements: same bits.
 //
-// With kThirdsRegA (two partials, each a third of the tile's width) every k-block is issued as three
-// chains (m64n64k32 for a 192-wide tile) with A from registers (wgmma's RS form): a k-block's A is
-// read from shared memory once (ldmatrix, into one of two register buffers, the next k-block's
-// loaded while this one's last chain still reads the other) for its three chains, where the
-// halves read it from shared memory for each chain. Chain c = 3i + t (k-block i, third t) runs into
-// partial c % 2, and each third is folded under the next chain (the next third, or the next
-// k-block's first): 96 accumulator + 2 x 32 partial floats + 2 x 16 registers of A a thread. The
-// third's elements are the accumulator's elements size(accum)/3 * t on, in the same order (whole
-// groups of 8 columns): the same fold on the same elements.
-//
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
@@ -63,7 +53,7 @@
 
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false, bool kThirdsRegA = false>
+template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -92,11 +82,9 @@ struct FoldMainloop : Base {
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
   static_assert(!kHalves || kPartials == 2, "the halves are two partials");
-  static_assert(!kThirdsRegA || (kPartials == 2 && !kHalves), "the thirds rotate through two partials");
   static constexpr int kTileM = decltype(cute::size<0>(TileShape{}))::value;
   static constexpr int kTileN = decltype(cute::size<1>(TileShape{}))::value;
   static_assert(!kHalves || kTileN % 32 == 0, "halves of a multiple of 16 columns (wgmma's N)");
-  static_assert(!kThirdsRegA || kTileN % 48 == 0, "thirds of a multiple of 16 columns (wgmma's N)");
 
   template <class Accum>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, Accum& accum, int k_tile_count,
@@ -250,105 +238,7 @@ struct FoldMainloop : Base {
     // Stage i's buffers go back to the producer once k-block i's wgmma has finished; the last
     // k-block's stage is released by mma_tail (the kernel's contract with CUTLASS's collective).
     PipelineState release = smem_pipe_read;
-    // A partial of the halves or thirds zeroed where the compiler cannot see the value: a partial
-    // register known to hold 0 becomes the source of other zeros (the accumulator's), read while
-    // the partial's wgmma is in flight, and ptxas then serializes every wgmma (C7514).
-    const auto opaque_clear = [](auto& p) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(p); ++i) asm volatile("mov.b32 %0, 0;" : "=f"(p(i)));
-    };
-    if constexpr (kThirdsRegA) {
-      // The same wgmma at a third of the tile's width, A from registers (RS): A is read from
-      // shared memory once a k-block (ldmatrix) for the three chains.
-      using ElementA = typename Base::ElementA;
-      constexpr int kParts = 3;
-      using PartMma = decltype(make_tiled_mma(
-          GMMA::rs_op_selector<ElementA, typename Base::ElementB, float,
-                               Shape<Int<kTileM>, Int<kTileN / kParts>, decltype(size<2>(TileShape{}))>, GMMA::Major::K,
-                               GMMA::Major::K>(),
-          Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
-      PartMma part_mma;
-      auto thr_part = part_mma.get_thread_slice(thread_idx);
-      auto wg_part = part_mma.get_slice(wg_layout(wg));
-      auto tPrB = wg_part.make_fragment_B(wg_part.partition_B(sB));  // (MMA, 3: the thirds, MMA_K, PIPE)
-      CUTE_STATIC_ASSERT_V(size<1>(tPrB) == Int<kParts>{});
-      // A k-block's A in registers, two buffers: the next k-block's is loaded while the last third
-      // of this one's reads the other.
-      auto a0 = thr_part.partition_fragment_A(sA(_, _, _0{}));  // (MMA, 1, MMA_K)
-      auto a1 = make_fragment_like(a0);
-      CUTE_STATIC_ASSERT_V(size<1>(a0) == Int<1>{});
-      auto copy_a = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, ElementA>{}, part_mma);
-      auto thr_copy_a = copy_a.get_thread_slice(thread_idx);
-      auto tAsA = thr_copy_a.partition_S(sA);  // (CPY, CPY_M, CPY_K, PIPE)
-      auto a0_view = thr_copy_a.retile_D(a0);
-      auto a1_view = thr_copy_a.retile_D(a1);
-      CUTE_STATIC_ASSERT_V(size<1>(tAsA) == size<1>(a0_view));
-      CUTE_STATIC_ASSERT_V(size<2>(tAsA) == size<2>(a0_view));
-      // The partials, as the third-width wgmma's C fragment (MMA): chain c (k-block i, third t,
-      // c = 3i + t) runs into partial c % 2, so two k-blocks bring the pair back to its start.
-      auto p0 = make_fragment_like(partition_fragment_C(part_mma, Shape<Int<kTileM>, Int<kTileN / kParts>>{})(_, 0, 0));
-      auto p1 = make_fragment_like(p0);
-      static_assert(decltype(size(p0))::value * kParts == decltype(size(accum))::value, "a third is a third of the accumulator");
-      opaque_clear(p0);
-      opaque_clear(p1);
-      const auto load_a = [&](auto& a_view, int stage) { copy(copy_a, tAsA(_, _, _, stage), a_view); };
-      // k-block at `stage`, third t of the columns, A from the registers a, into p from zero.
-      const auto issue_part = [&](auto& p, auto& a, int t, int stage) {
-        warpgroup_fence_operand(a);
-        issue_chain(part_mma, p, [&](int kb) { return a(_, 0, kb); }, [&](int kb) { return tPrB(_, t, kb, stage); });
-        warpgroup_fence_operand(a);
-      };
-      constexpr int kThird = decltype(size(p0))::value;
-      int stage = wait_stage();
-      load_a(a0_view, stage);
-      issue_part(p0, a0, 0, stage);
-      token = pipeline.consumer_test_wait(smem_pipe_read);
-      // One k-block at `stage`, A in a, its first third's chain in flight into pa: the second
-      // third into pb, the first folded under it; the last third into pa, the second folded under
-      // it; then the next k-block's A into a_next and its first third into pb (`last`: none left),
-      // the last third folded under that; release the stage.
-      const auto kblock = [&](auto& a, auto& a_next, auto& a_next_view, auto& pa, auto& pb, auto last) {
-        issue_part(pb, a, 1, stage);
-        warpgroup_wait<1>();  // third 0 of `stage`
-        row_scales(stage);
-        fold(pa, stage, Int<0>{});
-        issue_part(pa, a, 2, stage);
-        warpgroup_wait<1>();  // third 1
-        fold(pb, stage, Int<kThird>{});
-        int next = stage;
-        if constexpr (decltype(last)::value) {
-          warpgroup_wait<0>();
-        } else {
-          next = wait_stage();
-          load_a(a_next_view, next);
-          issue_part(pb, a_next, 0, next);
-          token = pipeline.consumer_test_wait(smem_pipe_read);
-          warpgroup_wait<1>();  // third 2 of `stage` (next's third 0 in flight)
-        }
-        fold(pa, stage, Int<2 * kThird>{});
-        if constexpr (!decltype(last)::value) {
-          pipeline.consumer_release(release);
-          ++release;
-        }
-        stage = next;
-      };
-      // Two k-blocks an iteration and the last one or two after the loop (the halves' shape, in
-      // which ptxas keeps the chains asynchronous); two k-blocks also bring the A buffers and the
-      // partials back to their roles.
-      int left = k_tile_count - 1;
-      CUTLASS_PRAGMA_NO_UNROLL
-      while (left >= 2) {
-        kblock(a0, a1, a1_view, p0, p1, cute::false_type{});
-        kblock(a1, a0, a0_view, p1, p0, cute::false_type{});
-        left -= 2;
-      }
-      if (left == 1) {
-        kblock(a0, a1, a1_view, p0, p1, cute::false_type{});
-        kblock(a1, a0, a0_view, p1, p0, cute::true_type{});
-      } else {
-        kblock(a0, a1, a1_view, p0, p1, cute::true_type{});
-      }
-    } else if constexpr (kHalves) {
+    if constexpr (kHalves) {
       // The same wgmma at half the tile's width, on the same warpgroups.
       using HalfMma = decltype(make_tiled_mma(
           GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
@@ -365,6 +255,13 @@ struct FoldMainloop : Base {
       auto pl = make_fragment_like(partition_fragment_C(half_mma, Shape<Int<kTileM>, Int<kTileN / 2>>{})(_, 0, 0));
       auto pr = make_fragment_like(pl);
       static_assert(decltype(size(pl))::value * 2 == decltype(size(accum))::value, "a half is half the accumulator");
+      // Zeroed where the compiler cannot see the value: a partial register known to hold 0 becomes
+      // the source of other zeros (the accumulator's), read while the partial's wgmma is in
+      // flight, and ptxas then serializes every wgmma (C7514).
+      const auto opaque_clear = [](auto& p) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(p); ++i) asm volatile("mov.b32 %0, 0;" : "=f"(p(i)));
+      };
       opaque_clear(pl);
       opaque_clear(pr);
       // k-block at `stage`, half h of the columns, into p from zero.
