@@ -251,6 +251,7 @@ struct FoldMainloop : Base {
       auto tHrB = wg_half.make_fragment_B(wg_half.partition_B(sB));  // (MMA, 2: the halves, MMA_K, PIPE)
       CUTE_STATIC_ASSERT_V(size<1>(tHrA) == Int<1>{});
       CUTE_STATIC_ASSERT_V(size<1>(tHrB) == Int<2>{});
+      CUTE_STATIC_ASSERT_V(size<2>(tHrA) == Int<kSteps>{});  // issue_chain's k32 steps, as the whole tile's
       // The halves' partials, as the half-width wgmma's C fragment (MMA).
       auto pl = make_fragment_like(partition_fragment_C(half_mma, Shape<Int<kTileM>, Int<kTileN / 2>>{})(_, 0, 0));
       auto pr = make_fragment_like(pl);
