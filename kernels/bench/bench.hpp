@@ -31,9 +31,8 @@ struct KernelBenchOptions {
 };
 
 // Throws an Error naming a --runs or --warmup outside its bounds, or a combination that leaves
-// nothing to time. Both front ends (`fp8moe bench`, fp8moe-bench-kernels) call it through
-// prepare_bench before anything else (a build without CUDA refuses the same); run_kernel_bench
-// calls it again, for callers that did not.
+// nothing to time. Called by prepare_bench, which both front ends (`fp8moe bench`,
+// fp8moe-bench-kernels) call before anything else (a build without CUDA refuses the same).
 inline void check_bench_options(const KernelBenchOptions& o) {
   if (o.runs < 1 || o.runs > 100000) fail("--runs ", o.runs, " is out of range: give 1 to 100000 timed calls a row");
   if (o.warmup < 0 || o.warmup > 100000) {
@@ -67,6 +66,7 @@ inline void prepare_bench(KernelBenchOptions& opt, bool force, std::optional<res
 
 inline constexpr int kBenchNoDevice = 77;  // the exit status when no CUDA device is visible
 
+// Runs the bench on options that went through prepare_bench (it does not check them again).
 // Returns 0, or kBenchNoDevice (after saying so on stdout) when there is nothing to measure on.
 // Throws fp8moe::Error on a CUDA, cuBLASLt or HDF5 failure, and in a build without CUDA.
 int run_kernel_bench(const KernelBenchOptions& opt);

@@ -145,8 +145,7 @@ void quant_table(Run& run) {
 namespace fp8moe::kernels {
 
 int run_kernel_bench(const KernelBenchOptions& o) {
-  check_bench_options(o);
-  check_cutlass_tune(o.cutlass_tune, o.cutlass_only);
+  // The options were checked by prepare_bench (bench.hpp), which both front ends call first.
   if (cuda_device_count() == 0) {
     std::printf("GPU kernel bench: no CUDA device is visible; nothing to measure (exit %d)\n", kBenchNoDevice);
     return kBenchNoDevice;

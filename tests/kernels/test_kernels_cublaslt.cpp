@@ -28,10 +28,7 @@ std::string fmt_int(std::int64_t v) { return std::to_string(v); }
 
 using Case = test::GroupedCase;
 using test::balanced_offs;
-
-TensorD run_pass(sim::Backend& be, Pass p, const Case& c, std::uint64_t seed, const GemmOptions& opt) {
-  return test::run_grouped_pass(be, p, c, seed, opt);
-}
+using test::run_grouped_pass;
 
 GemmOptions lt_options(bool pad, OutDtype out) {
   GemmOptions opt;
@@ -54,14 +51,14 @@ const std::vector<Case> kTorchao{{"torchao E=2 [256,512]", 256, 256, {256, 512},
 double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c, std::uint64_t seed, OutDtype out,
                      std::map<int, int>& seen) {
   GemmOptions opt = lt_options(c.pad, out);
-  const TensorD got = run_pass(lt, p, c, seed, opt);
+  const TensorD got = run_grouped_pass(lt, p, c, seed, opt);
   opt.split_k = lt.last_split_k();
   std::string splits;
   for (const std::int32_t k : opt.split_k) {
     splits += fmt_int(k) + " ";
     ++seen[k];
   }
-  const TensorD want = run_pass(cpu, p, c, seed, opt);
+  const TensorD want = run_grouped_pass(cpu, p, c, seed, opt);
   REQUIRE(want.shape == got.shape);
   const Metrics m = compare(want.data, got.data);
   std::printf("cublaslt vs hopper-tc:cublas (%s) | %-34s | %-5s | %-4s | M=%-5d N=%-5lld K=%-5lld | splits %-12s| "
@@ -85,7 +82,7 @@ double check_bitwise(sim::Backend& lt, sim::Backend& cpu, Pass p, const Case& c,
     for (int unit : {1, 2, 4}) {
       GemmOptions o = opt;
       o.split_unit = unit;
-      const Metrics mu = compare(run_pass(cpu, p, c, seed, o).data, got.data);
+      const Metrics mu = compare(run_grouped_pass(cpu, p, c, seed, o).data, got.data);
       std::printf(" unit %d -> %.6f", unit, mu.bitwise_equal_frac);
     }
     std::printf("\n");
@@ -238,14 +235,14 @@ TEST_CASE("production and bench shapes: cuBLASLt equals the hopper-tc:cublas mod
     CAPTURE(std::string(pass_name(b.pass)));
     CAPTURE(seed);
     GemmOptions opt = lt_options(b.c.pad, b.out);
-    const TensorD got = run_pass(*lt, b.pass, b.c, seed, opt);
+    const TensorD got = run_grouped_pass(*lt, b.pass, b.c, seed, opt);
     opt.split_k = lt->last_split_k();
     std::string splits;
     for (const std::int32_t k : opt.split_k) {
       splits += fmt_int(k) + " ";
       ++seen[k];
     }
-    const TensorD want = run_pass(*simt, b.pass, b.c, seed, opt);
+    const TensorD want = run_grouped_pass(*simt, b.pass, b.c, seed, opt);
     REQUIRE(want.shape == got.shape);
     const Metrics m = compare(want.data, got.data);
     std::printf("cublaslt vs hopper-tc:cublas (GPU model) | %-38s | %-5s | %-4s | splits %s| %lld outputs | bitwise-equal "
@@ -275,8 +272,8 @@ TEST_CASE("cuBLASLt grouped passes vs hp64 meet the torchao op-level floors (SPE
         hp.mode = Mode::hp64;
         hp.out = OutDtype::fp64;
         // Normal data: the floors' own (reference/SPEC.md 9.1).
-        const TensorD truth = test::run_grouped_pass(*cpu, p, c, seed, hp, Dist::normal);
-        const TensorD got = test::run_grouped_pass(*lt, p, c, seed, lt_options(c.pad, OutDtype::bf16), Dist::normal);
+        const TensorD truth = run_grouped_pass(*cpu, p, c, seed, hp, Dist::normal);
+        const TensorD got = run_grouped_pass(*lt, p, c, seed, lt_options(c.pad, OutDtype::bf16), Dist::normal);
         const double db = sqnr_db(truth.data, got.data);
         const double floor = p == Pass::fwd ? 27.0 : 26.0;
         std::printf("cublaslt vs hp64 | %-34s | %-5s | %.2f dB (floor %.0f)\n", c.name, pass_name(p), db, floor);

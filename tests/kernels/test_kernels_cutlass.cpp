@@ -32,10 +32,7 @@ using namespace fp8moe;
 
 using Case = test::GroupedCase;
 using test::balanced_offs;
-
-TensorD run_pass(sim::Backend& be, Pass p, const Case& c, std::uint64_t seed, const GemmOptions& opt) {
-  return test::run_grouped_pass(be, p, c, seed, opt);
-}
+using test::run_grouped_pass;
 
 GemmOptions tc_options(bool pad, OutDtype out, Promotion pr = Promotion::cublas) {
   GemmOptions opt;
@@ -50,9 +47,9 @@ GemmOptions tc_options(bool pad, OutDtype out, Promotion pr = Promotion::cublas)
 // prints one line; requires the cublas model bitwise (and deepgemm too for fwd/dgrad, where the
 // two promotions are the same formula).
 void check_bitwise(sim::Backend& cut, sim::Backend& model, Pass p, const Case& c, std::uint64_t seed, OutDtype out) {
-  const TensorD got = run_pass(cut, p, c, seed, tc_options(c.pad, out));
-  const TensorD want = run_pass(model, p, c, seed, tc_options(c.pad, out));
-  const TensorD dg = run_pass(model, p, c, seed, tc_options(c.pad, out, Promotion::deepgemm));
+  const TensorD got = run_grouped_pass(cut, p, c, seed, tc_options(c.pad, out));
+  const TensorD want = run_grouped_pass(model, p, c, seed, tc_options(c.pad, out));
+  const TensorD dg = run_grouped_pass(model, p, c, seed, tc_options(c.pad, out, Promotion::deepgemm));
   REQUIRE(want.shape == got.shape);
   const Metrics m = compare(want.data, got.data), md = compare(dg.data, got.data);
   std::printf("cutlass vs hopper-tc (%s) | %-30s | %-5s | %-4s | M=%-6d N=%-5lld K=%-5lld | bitwise cublas %.6f deepgemm %.6f "
@@ -154,8 +151,8 @@ TEST_CASE("CUTLASS at torchao's op-level floors against the bf16 reference") {
   for (Pass p : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
     // Normal data: the floors hold for it (reference/SPEC.md 9.1); on outlier channels wgrad fell to
     // 24.9 dB for one seed, bitwise the CPU model (round 10).
-    const Metrics m = compare(test::run_grouped_pass(*cpu, p, c, seed, bf, Dist::normal).data,
-                              test::run_grouped_pass(*cut, p, c, seed, tc_options(false, OutDtype::bf16), Dist::normal).data);
+    const Metrics m = compare(run_grouped_pass(*cpu, p, c, seed, bf, Dist::normal).data,
+                              run_grouped_pass(*cut, p, c, seed, tc_options(false, OutDtype::bf16), Dist::normal).data);
     std::printf("cutlass %s vs bf16: %.2f dB\n", pass_name(p), m.sqnr_db);
     CHECK(m.nonfinite == 0);
     CHECK(m.sqnr_db >= (p == Pass::fwd ? 27.0 : 26.0));  // reference/SPEC.md 9.1's torchao op floors
