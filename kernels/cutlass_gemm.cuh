@@ -58,8 +58,7 @@ struct Config {
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "a wgmma tile width (a multiple of 16 up to 256)");
   static constexpr int kScaleN = kKind == ScaleKind::act_weight ? std::gcd(kTileN, 128) : 1;
   static constexpr bool kExpandB = cutlass_straddles(kKind, kTileN);
-  static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::after_mma_offset ||
-                    kFold == CutlassFold::under_other_half,
+  static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::under_other_half,
                 "a weight tile whose width is not a multiple of 128 needs one of fp8moe's mainloops that read B's "
                 "scales per column group (CUTLASS's folds act_act's arithmetic where B has more than one scale per tile)");
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
@@ -94,10 +93,8 @@ struct Config {
       KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
       cute::conditional_t<kFold == CutlassFold::after_mma, CutlassMainloop,
-                          FoldMainloop<CutlassMainloop,
-                                       kFold == CutlassFold::after_mma_own || kFold == CutlassFold::after_mma_offset ? 1 : 2,
-                                       kKind, kFold == CutlassFold::under_other_half,
-                                       kFold == CutlassFold::after_mma_offset>>;
+                          FoldMainloop<CutlassMainloop, kFold == CutlassFold::after_mma_own ? 1 : 2, kKind,
+                                       kFold == CutlassFold::under_other_half>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;

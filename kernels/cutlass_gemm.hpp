@@ -42,10 +42,8 @@ enum class CutlassSchedule { cooperative, pingpong };
 // scales read from shared memory as it folds: the registers of a 160- or 192-wide tile, where
 // CUTLASS's collective spills), or under the other half's wgmma (fp8moe's mainloop with two
 // partials each half the tile's width: the fold of each half under a wgmma of the same warpgroup
-// in the registers of one whole partial), or right after its own wgmma with the cooperative
-// tile's second warpgroup started a fold behind the first (fp8moe's one-partial mainloop, each
-// warpgroup's fold under the other's wgmma). The same arithmetic per output element.
-enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_half, after_mma_offset };
+// in the registers of one whole partial). The same arithmetic per output element.
+enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_half };
 // The persistent tile scheduler's walk over each group's output tiles (CUTLASS's grouped scheduler
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };

@@ -66,8 +66,6 @@ const char* cutlass_fold_name(CutlassFold f) {
     case CutlassFold::under_next_mma: return "fold under the next wgmma";
     case CutlassFold::after_mma_own: return "fold after each wgmma (fp8moe's mainloop)";
     case CutlassFold::under_other_half: return "fold each half under the other's wgmma (fp8moe's mainloop)";
-    case CutlassFold::after_mma_offset:
-      return "fold after each wgmma, the warpgroups a fold apart (fp8moe's mainloop)";
     case CutlassFold::after_mma: break;
   }
   return "fold after each wgmma";
@@ -115,7 +113,6 @@ std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
   const char* fold = k.fold == CutlassFold::under_next_mma     ? "ov"
                      : k.fold == CutlassFold::after_mma_own    ? "f1"
                      : k.fold == CutlassFold::under_other_half ? "hv"
-                     : k.fold == CutlassFold::after_mma_offset ? "fo"
                                                                : "cl";
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),

@@ -44,29 +44,16 @@
 // (element j of the right half is accumulator element size(accum)/2 + j), so the fold is the
 // same expression on the same elements: same bits.
 //
-// With kOffset (one partial, the cooperative schedule's two warpgroups) warpgroup 1 starts each
-// tile one fold behind warpgroup 0: it issues the tile's first k-block once warpgroup 0's first
-// chain has finished (a named barrier, once a tile), and then both run free. Started together, the
-// two warpgroups stay in step: their chains share the tensor cores and finish together, and both
-// fold at once with the tensor cores idle (the fold is a quarter of the MMA time a k-block, so
-// in step the tensor pipe is busy at most about 4/5 of the time). Started a fold apart, each
-// warpgroup folds while the other's chain runs (alone), and nothing brings them back in step
-// until the tile's epilogue, whose barrier the next tile's offset follows. Unlike round 7's
-// turns (one chain in flight at a time, handed over every k-block), both warpgroups' chains are
-// in flight together outside the folds. Each warpgroup's arithmetic is the one-partial fold's:
-// same bits.
-//
 // The class derives from CUTLASS's collective and replaces only mma(): the producer side (TMA
 // loads of A, B and the scales), the pipeline, the tensormaps and the kernel are CUTLASS's.
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 
 #include "kernels/cutlass_gemm.hpp"
 
 namespace fp8moe::kernels::cutlass_impl {
 
-template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false, bool kOffset = false>
+template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -95,10 +82,6 @@ struct FoldMainloop : Base {
   static_assert(Base::ScalePromotionInterval == 4, "one fold per 128-K block (a k-tile of 128)");
   static_assert(kPartials == 1 || kPartials == 2, "the fold after its own wgmma (1) or under the next one (2)");
   static_assert(!kHalves || kPartials == 2, "the halves are two partials");
-  static_assert(!kOffset || kPartials == 1, "the offset warpgroups fold one partial each");
-  // The named barrier of the offset (CUTLASS's NamedBarrier counts user ids after the ones its
-  // kernels and epilogues reserve).
-  static constexpr int kOffsetBarrier = 0;
   static constexpr int kTileM = decltype(cute::size<0>(TileShape{}))::value;
   static constexpr int kTileN = decltype(cute::size<1>(TileShape{}))::value;
   static_assert(!kHalves || kTileN % 32 == 0, "halves of a multiple of 16 columns (wgmma's N)");
@@ -336,19 +319,11 @@ struct FoldMainloop : Base {
     } else if constexpr (kPartials == 1) {
       auto p0 = make_fragment_like(accum);  // the partial
       clear(p0);
-      static_assert(!kOffset || kWarpGroups == 2, "the offset is between two warpgroups");
-      constexpr int kBoth = 2 * kWg;
       CUTLASS_PRAGMA_NO_UNROLL
       for (int left = k_tile_count; left > 0; --left) {
-        if constexpr (kOffset) {
-          if (wg == 1 && left == k_tile_count) cutlass::arch::NamedBarrier::sync(kBoth, kOffsetBarrier);
-        }
         const int stage = next_block(p0);
         row_scales(stage);
         warpgroup_wait<0>();
-        if constexpr (kOffset) {
-          if (wg == 0 && left == k_tile_count) cutlass::arch::NamedBarrier::arrive(kBoth, kOffsetBarrier);
-        }
         fold(p0, stage, _0{});
         if (left > 1) {
           pipeline.consumer_release(release);
