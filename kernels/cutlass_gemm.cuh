@@ -45,9 +45,12 @@ using namespace cute;
 // output element, the schedule (cooperative 128 x kTileN x 128 or ping-pong 64 x kTileN x 128
 // tiles), the mainloop (CUTLASS's collective, or fp8moe's with two partials, the fold under the
 // next wgmma, or one: cutlass_overlap.cuh) and the cluster (1x2x1: two CTAs of neighbouring N
-// tiles share A's TMA loads by multicast; 2x1x1: two of neighbouring M tiles share B's).
+// tiles share A's TMA loads by multicast; 2x1x1: two of neighbouring M tiles share B's). kSass
+// names the fold's scheduling bits that the build writes into the unit's SASS after nvcc
+// (scripts/sass_fold_yield.py; kernels/CMakeLists.txt): a tag in the mainloop's type, so that a
+// patched kernel is a kernel of its own name, never merged with the unpatched one at link time.
 template <ScaleKind kKind, class ElementD, CutlassSchedule kSchedule, CutlassFold kFold, CutlassCluster kCluster,
-          int kTileN>
+          int kTileN, CutlassSass kSass = CutlassSass::as_compiled>
 struct Config {
   static constexpr bool kPingpong = kSchedule == CutlassSchedule::pingpong;
   // act_weight's B scales come one per 128 columns; CUTLASS's collective needs the tile width to be
@@ -61,6 +64,8 @@ struct Config {
   static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::under_other_half,
                 "a weight tile whose width is not a multiple of 128 needs one of fp8moe's mainloops that read B's "
                 "scales per column group (CUTLASS's folds act_act's arithmetic where B has more than one scale per tile)");
+  static_assert(kSass == CutlassSass::as_compiled || kFold != CutlassFold::after_mma,
+                "the fold's SASS is patched in fp8moe's mainloops only (CUTLASS's collective's type carries no tag)");
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
@@ -94,7 +99,7 @@ struct Config {
   using CollectiveMainloop =
       cute::conditional_t<kFold == CutlassFold::after_mma, CutlassMainloop,
                           FoldMainloop<CutlassMainloop, kFold == CutlassFold::after_mma_own ? 1 : 2, kKind,
-                                       kFold == CutlassFold::under_other_half>>;
+                                       kFold == CutlassFold::under_other_half, kSass>>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -338,13 +343,14 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
 // it differed from the model on a few outputs of the (4,8192,4096,7168) wgrad (0.035 %; 0.0038 %
 // once the fold's scale loads were fenced before the stage's release), while every bf16 kernel is
 // bitwise everywhere.
-template <ScaleKind kKind, CutlassSchedule kSchedule, CutlassFold kFold, CutlassCluster kCluster, int kTileN, bool kFp32>
+template <ScaleKind kKind, CutlassSchedule kSchedule, CutlassFold kFold, CutlassCluster kCluster, int kTileN,
+          CutlassSass kSass, bool kFp32>
 void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,
             cudaStream_t stream, const std::string& what) {
   if (out == OutDtype::bf16) {
-    run<Config<kKind, cutlass::bfloat16_t, kSchedule, kFold, kCluster, kTileN>>(groups, k, s, stream, what);
+    run<Config<kKind, cutlass::bfloat16_t, kSchedule, kFold, kCluster, kTileN, kSass>>(groups, k, s, stream, what);
   } else if constexpr (kFp32) {
-    run<Config<kKind, float, kSchedule, kFold, kCluster, kTileN>>(groups, k, s, stream, what);
+    run<Config<kKind, float, kSchedule, kFold, kCluster, kTileN, kSass>>(groups, k, s, stream, what);
   } else {
     fail(what, ": internal error: ", cutlass_config_name(kKind, k),
          " has no fp32 kernel; cutlass_grouped_gemm refuses it first (cutlass_built)");
@@ -354,13 +360,14 @@ void launch(const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> 
 }  // namespace fp8moe::kernels::cutlass_impl
 
 // Defines a .def line's launch function (the body of each generated translation unit).
-#define FP8MOE_CUTLASS_DEFINE(kind, schedule, fold, cluster, tile_n, outputs)                                     \
+#define FP8MOE_CUTLASS_DEFINE(kind, schedule, fold, cluster, tile_n, outputs, sass)                               \
   namespace fp8moe::kernels {                                                                                   \
-  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)(const CutlassKernel& k, OutDtype out,          \
-                                                                std::span<const CutlassGroup> groups,           \
-                                                                CutlassScratch& s, cudaStream_t stream,         \
-                                                                const std::string& what) {                      \
+  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n, sass)(const CutlassKernel& k, OutDtype out,    \
+                                                                      std::span<const CutlassGroup> groups,     \
+                                                                      CutlassScratch& s, cudaStream_t stream,   \
+                                                                      const std::string& what) {                \
     cutlass_impl::launch<ScaleKind::kind, CutlassSchedule::schedule, CutlassFold::fold, CutlassCluster::cluster, \
-                         tile_n, FP8MOE_CUTLASS_FP32_##outputs>(k, out, groups, s, stream, what);              \
+                         tile_n, CutlassSass::sass, FP8MOE_CUTLASS_FP32_##outputs>(k, out, groups, s, stream,  \
+                                                                                   what);                       \
   }                                                                                                             \
   }

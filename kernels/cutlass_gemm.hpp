@@ -48,6 +48,12 @@ enum class CutlassFold { after_mma, under_next_mma, after_mma_own, under_other_h
 // takes no heuristic): along M (CUTLASS's default) or along N, in swizzled bands of 1, 2, 4 or 8 tiles.
 enum class CutlassRaster { along_m, along_n };
 
+// The fold's scheduling bits in the kernel's SASS (scripts/sass_fold_yield.py, run on the object at
+// build time; fp8moe's mainloops only): as nvcc wrote them (every other fold FFMA lets the warp
+// scheduler switch warps), every fold FFMA yielding (with no operand reuse), or none yielding (a
+// warp issues its whole fold at once). Control bits only: the same instructions and arithmetic.
+enum class CutlassSass { as_compiled, yield_all, yield_none };
+
 // The thread-block cluster: 1x2x1 (two CTAs of neighbouring N tiles; A's tile loaded once for both
 // by TMA multicast; CUTLASS example 68's) or 2x1x1 (neighbouring M tiles share B's).
 enum class CutlassCluster { m1n2, m2n1 };
@@ -62,12 +68,14 @@ struct CutlassKernel {
   int swizzle = 1;
   CutlassCluster cluster = CutlassCluster::m1n2;
   int tile_n = 128;
+  CutlassSass sass = CutlassSass::as_compiled;
   bool operator==(const CutlassKernel&) const = default;
 };
 const char* cutlass_schedule_name(CutlassSchedule s);
 const char* cutlass_fold_name(CutlassFold f);
 const char* cutlass_raster_name(CutlassRaster r);
 const char* cutlass_cluster_name(CutlassCluster c);
+const char* cutlass_sass_name(CutlassSass s);
 
 // A compiled kernel: kernels/cutlass_kernels.def's line (raster and swizzle are launch arguments,
 // left at their defaults here); fp32: built for fp32 output as well as bf16.
@@ -116,8 +124,9 @@ struct CutlassScratch {
 // What CUTLASS ran (for messages and the bench): tile, cluster, schedule, fold, raster, scales.
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 // The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
-// f1 (fp8moe's, one partial) | hv (two half-width partials), raster M|N and swizzle, then /2x1 for cluster 2x1x1 and /n<width>
-// for a tile not 128 wide: "co/ov/M2", "co/f1/N1/n192"; without the walk (raster and swizzle) where `walk`
+// f1 (fp8moe's, one partial) | hv (two half-width partials), raster M|N and swizzle, then /2x1 for cluster 2x1x1, /n<width>
+// for a tile not 128 wide and /ya or /yn for the fold's SASS patched yield_all or yield_none:
+// "co/ov/M2", "co/f1/N1/n192", "co/f1/M2/2x1/n192/ya"; without the walk (raster and swizzle) where `walk`
 // is false: "co/f1/n192" (what a .def line fixes).
 std::string cutlass_short_name(const CutlassKernel& k, bool walk = true);
 

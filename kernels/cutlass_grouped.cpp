@@ -17,8 +17,8 @@ namespace fp8moe::kernels {
 
 // The launch functions of kernels/cutlass_kernels.def's lines, each defined in its generated
 // translation unit (FP8MOE_CUTLASS_DEFINE).
-#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                              \
-  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n)(                                         \
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs, sass)                        \
+  void FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n, sass)(                                   \
       const CutlassKernel& k, OutDtype out, std::span<const CutlassGroup> groups, CutlassScratch& s,     \
       cudaStream_t stream, const std::string& what);
 #include "kernels/cutlass_kernels.def"
@@ -27,17 +27,17 @@ namespace fp8moe::kernels {
 namespace {
 
 // The .def's lines, and their launch functions in the same order.
-#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs)                                     \
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs, sass)                               \
   CutlassBuiltKernel{ScaleKind::kind,                                                                             \
                      CutlassKernel{CutlassSchedule::schedule, CutlassFold::fold, CutlassRaster::along_m, 1,       \
-                                   CutlassCluster::cluster, tile_n},                                              \
+                                   CutlassCluster::cluster, tile_n, CutlassSass::sass},                           \
                      FP8MOE_CUTLASS_FP32_##outputs},
 const CutlassBuiltKernel kBuilt[] = {
 #include "kernels/cutlass_kernels.def"
 };
 #undef FP8MOE_CUTLASS_KERNEL
-#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs) \
-  &FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n),
+#define FP8MOE_CUTLASS_KERNEL(kind, schedule, fold, cluster, tile_n, outputs, sass) \
+  &FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n, sass),
 const CutlassLaunch kLaunch[] = {
 #include "kernels/cutlass_kernels.def"
 };
@@ -51,7 +51,7 @@ std::ptrdiff_t find_unit(ScaleKind kind, const CutlassKernel& k, OutDtype out) {
     const CutlassBuiltKernel& u = kBuilt[i];
     const CutlassKernel& b = u.kernel;
     if (u.kind == kind && b.schedule == k.schedule && b.fold == k.fold && b.cluster == k.cluster &&
-        b.tile_n == k.tile_n && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.fp32))) {
+        b.tile_n == k.tile_n && b.sass == k.sass && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.fp32))) {
       return static_cast<std::ptrdiff_t>(i);
     }
   }
@@ -72,6 +72,14 @@ const char* cutlass_fold_name(CutlassFold f) {
 }
 const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
 const char* cutlass_cluster_name(CutlassCluster c) { return c == CutlassCluster::m2n1 ? "2x1x1" : "1x2x1"; }
+const char* cutlass_sass_name(CutlassSass s) {
+  switch (s) {
+    case CutlassSass::yield_all: return "every fold FFMA yielding";
+    case CutlassSass::yield_none: return "no fold FFMA yielding";
+    case CutlassSass::as_compiled: break;
+  }
+  return "SASS as compiled";
+}
 
 std::span<const CutlassBuiltKernel> cutlass_built_kernels() { return kBuilt; }
 
@@ -106,7 +114,8 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
   return cat("tile ", k.schedule == CutlassSchedule::pingpong ? 64 : 128, "x", k.tile_n, "x128, cluster ",
              cutlass_cluster_name(k.cluster), ", ",
              cutlass_schedule_name(k.schedule), ", ", cutlass_fold_name(k.fold), ", raster ", cutlass_raster_name(k.raster),
-             " swizzle ", k.swizzle, ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
+             " swizzle ", k.swizzle, k.sass == CutlassSass::as_compiled ? "" : cat(", ", cutlass_sass_name(k.sass)),
+             ", scales ", kind == ScaleKind::act_weight ? "1x128 x 128x128" : "1x128 x 1x128");
 }
 
 std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
@@ -116,7 +125,8 @@ std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
                                                                : "cl";
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
-             k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string());
+             k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string(),
+             k.sass == CutlassSass::yield_all ? "/ya" : k.sass == CutlassSass::yield_none ? "/yn" : "");
 }
 
 CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::int64_t n) {

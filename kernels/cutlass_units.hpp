@@ -11,9 +11,9 @@
 
 #include "kernels/cutlass_gemm.hpp"
 
-// A .def line's function name: cutlass_gemm_<scales>_<schedule>_<fold>_<cluster>_n<tile_n>.
-#define FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n) \
-  cutlass_gemm_##kind##_##schedule##_##fold##_##cluster##_n##tile_n
+// A .def line's function name: cutlass_gemm_<scales>_<schedule>_<fold>_<cluster>_n<tile_n>_<sass>.
+#define FP8MOE_CUTLASS_FN(kind, schedule, fold, cluster, tile_n, sass) \
+  cutlass_gemm_##kind##_##schedule##_##fold##_##cluster##_n##tile_n##_##sass
 // A .def line's `outputs` column: whether fp32 output is built besides bf16.
 #define FP8MOE_CUTLASS_FP32_bf16 false
 #define FP8MOE_CUTLASS_FP32_bf16_fp32 true

@@ -8,12 +8,22 @@
 # `sanitize`: compute-sanitizer's memcheck, racecheck and initcheck over every GPU test binary,
 # each run bounded by a timeout (racecheck and initcheck slow kernels down by 10-100x); the log
 # starts with a summary (per tool and suite: errors found, rc, seconds), then the reports.
+# `cutlass FILTER`: a CUTLASS tuning round instead: `fp8moe bench --no-quant --cutlass-only FILTER`
+# (the rows whose name holds FILTER, each checked bitwise before it is timed, beside the backend's
+# and the cuBLASLt loop's rows of the same run; tune.log), then test_kernels_cutlass (every built
+# kernel bitwise the model; tests.log).
 #   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|sanitize|all=all]
+#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR cutlass FILTER
 # Exit status: the number of steps that failed.
 set -uo pipefail
 pack=$1
 res=$2
 what=${3:-all}
+filter=${4:-}
+if [[ $what == cutlass && -z $filter ]]; then
+  echo "gpu_round.sh: 'cutlass' wants a row filter (e.g. co/f1/M2), as fp8moe bench --cutlass-only takes" >&2
+  exit 2
+fi
 mkdir -p "$res"
 tar -C "$pack" -xJf "$pack/gpu-bins.tar.xz"
 bin=$pack/bin
@@ -93,6 +103,10 @@ fi
 if [[ $what == all || $what == sanitize ]]; then
   scripts/gpu_sanitize.sh "$bin" "$res/sanitize.log" "${gpu_tests[@]}" || failed=$((failed + 1))
   echo "sanitize: $(head -1 "$res/sanitize.log")"
+fi
+if [[ $what == cutlass ]]; then
+  step tune timeout 300 "$bin/fp8moe" bench --no-quant --cutlass-only "$filter" --warmup 1 --runs 5
+  step tests timeout 200 "$bin/test_kernels_cutlass"
 fi
 if [[ $what == all || $what == bench ]]; then
   step bench "$bin/fp8moe" bench --h5 "$res/bench-kernels.h5" --force
