@@ -447,7 +447,8 @@ void check_cutlass_tune(bool tune, const std::string& only) {
   if (!only.empty() && cutlass_tune_variants(ScaleKind::act_weight, only).empty() &&
       cutlass_tune_variants(ScaleKind::act_act, only).empty()) {
     fail("--cutlass-only '", only,
-         "' names no CUTLASS configuration (rows are named like co/ov/M2, pp/cl/M1, co/ov/N1/2x1, co/f1/M1/n192)");
+         "' names no CUTLASS configuration (rows are named like co/ov/M2, pp/cl/M1, co/ov/N1/2x1, co/f1/M1/n192, "
+         "co/f1/M2/2x1/n192/ya)");
   }
 #else
   (void)only;
