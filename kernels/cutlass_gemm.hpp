@@ -50,9 +50,10 @@ enum class CutlassRaster { along_m, along_n };
 
 // The fold's scheduling bits in the kernel's SASS (scripts/sass_fold_yield.py, run on the object at
 // build time; fp8moe's mainloops only): as nvcc wrote them (every other fold FFMA lets the warp
-// scheduler switch warps), every fold FFMA yielding (with no operand reuse), or none yielding (a
-// warp issues its whole fold at once). Control bits only: the same instructions and arithmetic.
-enum class CutlassSass { as_compiled, yield_all, yield_none };
+// scheduler switch warps), every fold FFMA yielding (with no operand reuse), none yielding (a warp
+// issues its whole fold at once), or the fold's first half yielding and its second as compiled
+// (DeepGEMM's kind of rewrite). Control bits only: the same instructions and arithmetic.
+enum class CutlassSass { as_compiled, yield_all, yield_none, yield_head };
 
 // The thread-block cluster: 1x2x1 (two CTAs of neighbouring N tiles; A's tile loaded once for both
 // by TMA multicast; CUTLASS example 68's) or 2x1x1 (neighbouring M tiles share B's).
@@ -125,7 +126,7 @@ struct CutlassScratch {
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k);
 // The bench's row label of `k`: schedule co|pp, fold cl (CUTLASS's) | ov (under the next wgmma) |
 // f1 (fp8moe's, one partial) | hv (two half-width partials), raster M|N and swizzle, then /2x1 for cluster 2x1x1, /n<width>
-// for a tile not 128 wide and /ya or /yn for the fold's SASS patched yield_all or yield_none:
+// for a tile not 128 wide and /ya, /yn or /yh for the fold's SASS patched yield_all, yield_none or yield_head:
 // "co/ov/M2", "co/f1/N1/n192", "co/f1/M2/2x1/n192/ya"; without the walk (raster and swizzle) where `walk`
 // is false: "co/f1/n192" (what a .def line fixes).
 std::string cutlass_short_name(const CutlassKernel& k, bool walk = true);

@@ -76,6 +76,7 @@ const char* cutlass_sass_name(CutlassSass s) {
   switch (s) {
     case CutlassSass::yield_all: return "every fold FFMA yielding";
     case CutlassSass::yield_none: return "no fold FFMA yielding";
+    case CutlassSass::yield_head: return "the fold's first half of FFMAs yielding";
     case CutlassSass::as_compiled: break;
   }
   return "SASS as compiled";
@@ -126,7 +127,10 @@ std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
   return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string(),
-             k.sass == CutlassSass::yield_all ? "/ya" : k.sass == CutlassSass::yield_none ? "/yn" : "");
+             k.sass == CutlassSass::yield_all    ? "/ya"
+             : k.sass == CutlassSass::yield_none ? "/yn"
+             : k.sass == CutlassSass::yield_head ? "/yh"
+                                                 : "");
 }
 
 CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::int64_t n) {

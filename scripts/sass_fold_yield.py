@@ -11,9 +11,11 @@ itself; two of them steer the warp scheduler, not the arithmetic:
     instruction of the same warp, which a yield would break, so a yielding FFMA reuses nothing.
 nvcc 13.0 alternates them in a fold (every other FFMA yields: the ones that reuse nothing).
 DeepGEMM's kernels rewrite them (the "FFMA interleave" of its README) and report 10 % and more for
-fine-grained-scaled FP8 GEMMs. This script writes one of two patterns over every fold run:
+fine-grained-scaled FP8 GEMMs. This script writes one of three patterns over every fold run:
   yield_all   every FFMA of the run yields and reuses nothing;
-  yield_none  no FFMA of the run yields (reuse bits as compiled): a warp issues its whole fold.
+  yield_none  no FFMA of the run yields (reuse bits as compiled): a warp issues its whole fold;
+  yield_head  the run's first half as yield_all, its second half as nvcc wrote it (DeepGEMM's
+              rewrite is of this kind: it patches the first 9/16 of a run).
 Neither touches an opcode, a register, a stall count or a barrier, so the arithmetic (and its bits)
 is the compiled kernel's; the stall counts stay minimums, so clearing reuse and adding yields only
 lengthens waits. The device test (tests/kernels/test_kernels_cutlass) checks every built kernel
@@ -25,7 +27,7 @@ run of at least MIN_RUN unpredicated register-form FFMAs (opcode 0x223). The pat
 (the build runs it before archiving, again on an object already patched when only the archive is
 redone). It fails, leaving the file as it was, where it finds no fold run or a malformed file.
 
-Usage: sass_fold_yield.py {yield_all|yield_none} OBJECT [OBJECT...]   (also: --check MODE OBJECT...,
+Usage: sass_fold_yield.py {yield_all|yield_none|yield_head} OBJECT [OBJECT...]   (also: --check MODE OBJECT...,
 which changes nothing and fails unless every fold run already has MODE's bits)
 """
 import os
@@ -111,8 +113,16 @@ def fold_runs(obj, off, size):
     return runs
 
 
-def patched(hi, mode):
-    return (hi & ~(YIELD | REUSE)) if mode == "yield_all" else (hi | YIELD)
+MODES = ("yield_all", "yield_none", "yield_head")
+
+
+def patched(hi, mode, j, count):
+    """The high word of the run's j-th of `count` FFMAs under `mode`."""
+    if mode == "yield_all" or (mode == "yield_head" and j < count // 2):
+        return hi & ~(YIELD | REUSE)
+    if mode == "yield_none":
+        return hi | YIELD
+    return hi
 
 
 def patch_file(path, mode, check):
@@ -125,7 +135,7 @@ def patch_file(path, mode, check):
             for j in range(count):
                 at = start + 16 * j + 8
                 hi, = struct.unpack_from("<Q", obj, at)
-                new = patched(hi, mode)
+                new = patched(hi, mode, j, count)
                 if new != hi:
                     wrong += 1
                     if not check:
@@ -156,9 +166,9 @@ def patch_file(path, mode, check):
 def main(argv):
     check = bool(argv) and argv[0] == "--check"
     args = argv[1:] if check else argv
-    if len(args) < 2 or args[0] not in ("yield_all", "yield_none"):
+    if len(args) < 2 or args[0] not in MODES:
         print(__doc__.strip().splitlines()[-3], file=sys.stderr)
-        print("sass_fold_yield: want a mode (yield_all or yield_none) and at least one object file", file=sys.stderr)
+        print("sass_fold_yield: want a mode (yield_all, yield_none or yield_head) and at least one object file", file=sys.stderr)
         return 2
     for path in args[1:]:
         try:

@@ -79,7 +79,7 @@ def fold_his(data):
 
 with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "unit.cu.o")
-    for mode in ("yield_all", "yield_none"):
+    for mode in ("yield_all", "yield_none", "yield_head"):
         open(path, "wb").write(host)
         rc, out = run("--check", mode, path)
         check(rc == 1 and "lack" in out, f"{mode}: --check fails on an unpatched object ({rc}: {out.strip()})")
@@ -90,7 +90,10 @@ with tempfile.TemporaryDirectory() as d:
         k, his = fold_his(got)
         _, was = fold_his(host)
         for i, (h, w) in enumerate(zip(his, was)):
-            want = (w & ~(YIELD | REUSE)) if mode == "yield_all" else (w | YIELD)
+            if mode == "yield_all" or (mode == "yield_head" and i < FOLD // 2):
+                want = w & ~(YIELD | REUSE)
+            else:
+                want = w | YIELD if mode == "yield_none" else w
             check(h == want, f"{mode}: fold FFMA {i}: high word {h:#018x}, want {want:#018x}")
         changed = [i for i in range(len(host)) if host[i] != got[i]]
         allowed = {k + fold_at + 16 * i + 8 + b for i in range(FOLD) for b in range(8)}
