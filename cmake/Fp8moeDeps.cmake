@@ -52,3 +52,32 @@ if(FP8MOE_HAVE_CUDA AND FP8MOE_ENABLE_CUTLASS)
   endif()
 endif()
 find_package(NCCL)
+
+# Python 3 runs the build's SASS patch (kernels/, scripts/sass_fold_yield.py) and the script tests.
+# Found once here, for every folder below.
+find_package(Python3 COMPONENTS Interpreter)
+
+# fp8moe_python_with(<out> <cache var> "<imports>" "<what>"): the first of Python3_EXECUTABLE and
+# /usr/bin/python3 that imports every module of <imports> (the python3 first on PATH may be a pyenv
+# build without Debian's packages, which scripts/setup.sh installs for /usr/bin/python3), kept in
+# <cache var> (a user sets it to override the choice). <out> is that interpreter, or, where none
+# imports them, Python3_EXECUTABLE with a status line naming <what>: the tests still run and exit 77,
+# which CTest shows as Skipped.
+function(fp8moe_python_with out cache_var imports what)
+  if(NOT ${cache_var})
+    foreach(py IN ITEMS "${Python3_EXECUTABLE}" /usr/bin/python3)
+      if(NOT ${cache_var} AND py AND EXISTS "${py}")
+        execute_process(COMMAND "${py}" -c "import ${imports}" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+        if(rc EQUAL 0)
+          set(${cache_var} "${py}" CACHE FILEPATH "python3 that imports ${imports} (${what})")
+        endif()
+      endif()
+    endforeach()
+  endif()
+  if(${cache_var})
+    set(${out} "${${cache_var}}" PARENT_SCOPE)
+  else()
+    message(STATUS "no python3 imports ${imports}: ${what} will be skipped (scripts/setup.sh)")
+    set(${out} "${Python3_EXECUTABLE}" PARENT_SCOPE)
+  endif()
+endfunction()

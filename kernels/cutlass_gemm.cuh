@@ -50,7 +50,7 @@ using namespace cute;
 // (scripts/sass_fold_yield.py; kernels/CMakeLists.txt): a tag in the mainloop's type, so that a
 // patched kernel is a kernel of its own name, never merged with the unpatched one at link time.
 template <ScaleKind kKind, class ElementD, CutlassSchedule kSchedule, CutlassFold kFold, CutlassCluster kCluster,
-          int kTileN, CutlassSass kSass = CutlassSass::as_compiled>
+          int kTileN, CutlassSass kSass>
 struct Config {
   static constexpr bool kPingpong = kSchedule == CutlassSchedule::pingpong;
   // act_weight's B scales come one per 128 columns; CUTLASS's collective needs the tile width to be

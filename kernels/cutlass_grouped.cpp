@@ -44,14 +44,14 @@ const CutlassLaunch kLaunch[] = {
 #undef FP8MOE_CUTLASS_KERNEL
 static_assert(std::size(kBuilt) == std::size(kLaunch));
 
-// The index of the kernel that runs `k` for `kind` and output `out` (raster and swizzle are
-// launch arguments), or -1.
-std::ptrdiff_t find_unit(ScaleKind kind, const CutlassKernel& k, OutDtype out) {
+// The index of the kernel that runs `k` for `kind` and output `out`, or -1. Raster and swizzle are
+// launch arguments: every built kernel takes any, and kBuilt lists each with along_m and 1.
+std::ptrdiff_t find_unit(ScaleKind kind, CutlassKernel k, OutDtype out) {
+  k.raster = CutlassRaster::along_m;
+  k.swizzle = 1;
   for (std::size_t i = 0; i < std::size(kBuilt); ++i) {
     const CutlassBuiltKernel& u = kBuilt[i];
-    const CutlassKernel& b = u.kernel;
-    if (u.kind == kind && b.schedule == k.schedule && b.fold == k.fold && b.cluster == k.cluster &&
-        b.tile_n == k.tile_n && b.sass == k.sass && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.fp32))) {
+    if (u.kind == kind && u.kernel == k && (out == OutDtype::bf16 || (out == OutDtype::fp32 && u.fp32))) {
       return static_cast<std::ptrdiff_t>(i);
     }
   }

@@ -55,8 +55,8 @@ namespace fp8moe::kernels::cutlass_impl {
 
 // kSass: only a tag (cutlass_gemm.cuh's Config): the build patches the fold's scheduling bits of
 // a kernel tagged other than as_compiled after nvcc; the code is the same.
-template <class Base, int kPartials, ScaleKind kKind, bool kHalves = false,
-          CutlassSass kSass = CutlassSass::as_compiled>
+template <class Base, int kPartials, ScaleKind kKind, bool kHalves,
+          CutlassSass kSass>
 struct FoldMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;

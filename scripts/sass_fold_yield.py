@@ -28,7 +28,8 @@ run of at least MIN_RUN unpredicated register-form FFMAs (opcode 0x223). The pat
 redone). It fails, leaving the file as it was, where it finds no fold run or a malformed file.
 
 Usage: sass_fold_yield.py {yield_all|yield_none|yield_head} OBJECT [OBJECT...]   (also: --check MODE OBJECT...,
-which changes nothing and fails unless every fold run already has MODE's bits)
+which changes nothing and fails unless every fold run already has MODE's bits; --modes, which prints
+the modes, one a line: kernels/CMakeLists.txt checks cutlass_kernels.def's sass column against it)
 """
 import os
 import struct
@@ -151,10 +152,13 @@ def patch_file(path, mode, check):
         return
     if changed:
         # Written beside and renamed over: an interrupted build never leaves half a patched object.
+        # mkstemp creates it 0600: the patched object keeps the original's permission bits.
+        mode_bits = os.stat(path).st_mode & 0o7777
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".sass_fold_yield.")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(obj)
+            os.chmod(tmp, mode_bits)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
@@ -164,11 +168,14 @@ def patch_file(path, mode, check):
 
 
 def main(argv):
+    if argv == ["--modes"]:
+        print("\n".join(MODES))
+        return 0
     check = bool(argv) and argv[0] == "--check"
     args = argv[1:] if check else argv
     if len(args) < 2 or args[0] not in MODES:
-        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
-        print("sass_fold_yield: want a mode (yield_all, yield_none or yield_head) and at least one object file", file=sys.stderr)
+        print(__doc__[__doc__.index("Usage:"):].strip(), file=sys.stderr)
+        print(f"sass_fold_yield: want a mode ({', '.join(MODES)}) and at least one object file", file=sys.stderr)
         return 2
     for path in args[1:]:
         try:

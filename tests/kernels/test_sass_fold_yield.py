@@ -3,15 +3,19 @@
 (EM_CUDA) with a fold run, a short FFMA run, a predicated FFMA and other instructions, their
 control bits drawn at random (the seed is printed on failure). The oracle is this file's own
 reading of the encoding: bit 45 of the high word is the yield bit (0 = yield), bits 58-61 the
-reuse bits; nothing else in the file may change. Usage: test_sass_fold_yield.py SCRIPT"""
+reuse bits; nothing else in the file may change. The script's modes must be those of
+CutlassSass in kernels/cutlass_gemm.hpp (less as_compiled): the .def's sass column names both.
+Usage: test_sass_fold_yield.py SCRIPT CUTLASS_GEMM_HPP"""
 import os
 import random
+import re
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 
-SCRIPT = sys.argv[1]
+SCRIPT, ENUM_HEADER = sys.argv[1], sys.argv[2]
 SEED = int(os.environ.get("FP8MOE_SEED", random.randrange(1 << 30)))
 rng = random.Random(SEED)
 YIELD, REUSE = 1 << 45, 0xF << 58
@@ -77,16 +81,29 @@ def fold_his(data):
     return k, [struct.unpack_from("<Q", data, k + fold_at + 16 * i + 8)[0] for i in range(FOLD)]
 
 
+rc, out = run("--modes")
+modes = out.split()
+enum = re.search(r"enum class CutlassSass \{([^}]*)\}", open(ENUM_HEADER).read())
+check(enum is not None, f"{ENUM_HEADER} declares enum class CutlassSass")
+if enum:
+    enumerators = [e.strip() for e in enum.group(1).split(",") if e.strip()]
+    check(rc == 0 and enumerators[0] == "as_compiled" and modes == enumerators[1:],
+          f"--modes {modes} are CutlassSass's enumerators after as_compiled {enumerators}")
+
 with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "unit.cu.o")
-    for mode in ("yield_all", "yield_none", "yield_head"):
+    for n, mode in enumerate(modes):
         open(path, "wb").write(host)
+        perm = (0o644, 0o664, 0o600)[n % 3]
+        os.chmod(path, perm)
         rc, out = run("--check", mode, path)
         check(rc == 1 and "lack" in out, f"{mode}: --check fails on an unpatched object ({rc}: {out.strip()})")
         rc, out = run(mode, path)
         check(rc == 0 and "1 fold runs, 40 FFMAs" in out, f"{mode}: patches one run of 40 ({rc}: {out.strip()})")
         got = open(path, "rb").read()
         check(len(got) == len(host), f"{mode}: same size")
+        got_perm = stat.S_IMODE(os.stat(path).st_mode)
+        check(got_perm == perm, f"{mode}: the object keeps its permission bits ({got_perm:o}, want {perm:o})")
         k, his = fold_his(got)
         _, was = fold_his(host)
         for i, (h, w) in enumerate(zip(his, was)):
