@@ -13,6 +13,9 @@
 #include "kernels/quantize.hpp"
 #include "kernels/scale_layout.hpp"
 #include "kernels/check.hpp"
+#ifdef FP8MOE_HAVE_CUTLASS
+#include "kernels/cutlass_grouped.hpp"
+#endif
 #include "sim/backend/backend.hpp"
 #include "reference/quantize.hpp"
 #include "support/test_support.hpp"
@@ -183,6 +186,73 @@ TEST_CASE("backend registry: the CUDA backends are listed and say why a mode is 
     CHECK_THROWS_WITH_AS(sim::make_backend("cuda-simt"), doctest::Contains("'cuda-simt' needs a CUDA device"), Error);
   }
 }
+
+#ifdef FP8MOE_HAVE_CUTLASS
+TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked without a device") {
+  using kernels::cutlass_choose;
+  using kernels::CutlassCluster;
+  using kernels::CutlassFold;
+  using kernels::CutlassKernel;
+  using kernels::CutlassRaster;
+  using kernels::CutlassSchedule;
+  using kernels::ScaleKind;
+  // The backend's own choice per output type and shape (SPEC 15.5's table): the walk along the
+  // shorter side of the outputs.
+  CHECK(cutlass_choose(ScaleKind::act_act, OutDtype::bf16, 8192, 4096) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::under_other_half, CutlassRaster::along_n, 1,
+                      CutlassCluster::m2n1, 192});
+  CHECK(cutlass_choose(ScaleKind::act_act, OutDtype::bf16, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::under_other_half, CutlassRaster::along_m, 2,
+                      CutlassCluster::m2n1, 192});
+  CHECK(cutlass_choose(ScaleKind::act_act, OutDtype::fp32, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 2});
+  CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma_own, CutlassRaster::along_n, 1,
+                      CutlassCluster::m2n1, 192});
+  CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::fp32, 2048, 5120) ==
+        CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 2});
+  CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 4096, 4096).raster == CutlassRaster::along_m);  // a tie walks M
+  // Every choice is built, for both output types, at square, tall and wide outputs and at one row.
+  for (ScaleKind kind : {ScaleKind::act_act, ScaleKind::act_weight}) {
+    for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
+      for (const auto& [m, n] : {std::pair{4096, 7168}, std::pair{8192, 2048}, std::pair{1, 128}, std::pair{3072, 3072}}) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CHECK(kernels::cutlass_built(kind, cutlass_choose(kind, out, m, n), out));
+      }
+    }
+  }
+  // The table (kernels/cutlass_kernels.def): each row found again by cutlass_built in any walk,
+  // no row twice, the refusals of kernels/CMakeLists.txt held (a straddling act_weight tile only
+  // at a verified width, with a mainloop that reads B's scales per column group), fp32 output
+  // only where the row says so.
+  const auto built = kernels::cutlass_built_kernels();
+  REQUIRE(built.size() >= 16);
+  for (std::size_t i = 0; i < built.size(); ++i) {
+    const kernels::CutlassBuiltKernel& b = built[i];
+    CAPTURE(i);
+    CAPTURE(kernels::cutlass_config_name(b.kind, b.kernel));
+    for (const auto& [r, w] : {std::pair{CutlassRaster::along_m, 1}, std::pair{CutlassRaster::along_n, 8}}) {
+      CutlassKernel k = b.kernel;
+      k.raster = r;
+      k.swizzle = w;
+      CHECK(kernels::cutlass_built(b.kind, k, OutDtype::bf16));
+      CHECK(kernels::cutlass_built(b.kind, k, OutDtype::fp32) == b.fp32);
+    }
+    if (kernels::cutlass_straddles(b.kind, b.kernel.tile_n)) {
+      CHECK((b.kernel.tile_n == 160 || b.kernel.tile_n == 192));
+      CHECK((b.kernel.fold == CutlassFold::after_mma_own || b.kernel.fold == CutlassFold::under_other_half));
+    }
+    for (std::size_t j = 0; j < i; ++j) CHECK_FALSE((built[j].kind == b.kind && built[j].kernel == b.kernel));
+  }
+  // Outside the table: a width never built, and fp32 where only bf16 is.
+  CutlassKernel wide = cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096);
+  wide.tile_n = 208;
+  CHECK_FALSE(kernels::cutlass_built(ScaleKind::act_weight, wide, OutDtype::bf16));
+  CHECK_FALSE(kernels::cutlass_built(ScaleKind::act_weight, cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096),
+                                     OutDtype::fp32));
+}
+#endif
 
 TEST_CASE("cuda-fastest is this build's fastest tensor-core backend") {
 #ifdef FP8MOE_HAVE_CUTLASS
