@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/check.hpp"
+#include "kernels/wgmma_asm.cuh"
 #include "kernels/wgmma_probe.hpp"
 #include "reference/tensor_core.hpp"
 
@@ -42,53 +43,15 @@ __global__ void gen_c_kernel(ProbeCase pc, std::uint64_t first_tile, std::int64_
   C[idx] = probe_c(pc, tc, tile, row, col, A + (t * kM + row) * kK, B + (t * pc.n + col) * kK);
 }
 
-// ---- The wgmma instruction, one asm per (N, type pair). Operands: the N/2 accumulator registers
-// (read and written: scale-d = 1 gives D = A B + D), then the two descriptors, then scale-d.
-// imm-scale-a = imm-scale-b = 1 (no negation). FP8 wgmma has no transpose operands: both
-// operands K-major (PTX ISA 9.7.15.5.2, "wgmma.mma_async": FP8 floating point type syntax).
-#define FP8MOE_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define FP8MOE_WG_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define FP8MOE_WG_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-#define FP8MOE_WG_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FP8MOE_WG_R4 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define FP8MOE_WG_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define FP8MOE_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
-#define FP8MOE_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define FP8MOE_WG_REGS4 "{%0, %1, %2, %3}"
-#define FP8MOE_WG_REGS32 "{" FP8MOE_WG_R0 ", " FP8MOE_WG_R1 "}"
-#define FP8MOE_WG_REGS64 "{" FP8MOE_WG_R0 ", " FP8MOE_WG_R1 ", " FP8MOE_WG_R2 ", " FP8MOE_WG_R3 "}"
-#define FP8MOE_WG_REGS128                                                                                      \
-  "{" FP8MOE_WG_R0 ", " FP8MOE_WG_R1 ", " FP8MOE_WG_R2 ", " FP8MOE_WG_R3 ", " FP8MOE_WG_R4 ", " FP8MOE_WG_R5 \
-  ", " FP8MOE_WG_R6 ", " FP8MOE_WG_R7 "}"
-#define FP8MOE_WG_D4(o) "+f"(d[(o) + 0]), "+f"(d[(o) + 1]), "+f"(d[(o) + 2]), "+f"(d[(o) + 3])
-#define FP8MOE_WG_D8(o) FP8MOE_WG_D4(o), FP8MOE_WG_D4((o) + 4)
-#define FP8MOE_WG_D32(o) FP8MOE_WG_D8(o), FP8MOE_WG_D8((o) + 8), FP8MOE_WG_D8((o) + 16), FP8MOE_WG_D8((o) + 24)
-#define FP8MOE_WG_D64(o) FP8MOE_WG_D32(o), FP8MOE_WG_D32((o) + 32)
-#define FP8MOE_WG_D128 FP8MOE_WG_D64(0), FP8MOE_WG_D64(64)
-#define FP8MOE_WG_OUTS4 FP8MOE_WG_D4(0)
-#define FP8MOE_WG_OUTS32 FP8MOE_WG_D32(0)
-#define FP8MOE_WG_OUTS64 FP8MOE_WG_D64(0)
-#define FP8MOE_WG_OUTS128 FP8MOE_WG_D128
-
-// NN: the N of the shape; R: accumulator registers (N/2); IA, IB, IS: operand numbers R, R+1, R+2.
-#define FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, TA, TB)                                                        \
-  asm volatile(                                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IS ", 0;\n"                                                      \
-      "wgmma.mma_async.sync.aligned.m64n" #NN "k32.f32." #TA "." #TB " " FP8MOE_WG_REGS##R ", %" #IA ", %" #IB \
-      ", p, 1, 1;\n}\n"                                                                                      \
-      : FP8MOE_WG_OUTS##R                                                                                    \
-      : "l"(da), "l"(db), "r"(1)                                                                             \
-      : "memory")
-
 #define FP8MOE_WGMMA_PAIRS(NN, R, IA, IB, IS)                                          \
   if constexpr (FA == Fp8Format::e4m3 && FB == Fp8Format::e4m3) {                      \
-    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e4m3, e4m3);                                   \
+    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e4m3, e4m3, 1);                                   \
   } else if constexpr (FA == Fp8Format::e4m3 && FB == Fp8Format::e5m2) {               \
-    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e4m3, e5m2);                                   \
+    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e4m3, e5m2, 1);                                   \
   } else if constexpr (FA == Fp8Format::e5m2 && FB == Fp8Format::e4m3) {               \
-    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e5m2, e4m3);                                   \
+    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e5m2, e4m3, 1);                                   \
   } else {                                                                             \
-    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e5m2, e5m2);                                   \
+    FP8MOE_WGMMA_ASM(NN, R, IA, IB, IS, e5m2, e5m2, 1);                                   \
   }
 
 template <Fp8Format FA, Fp8Format FB, int N>
@@ -109,15 +72,6 @@ __device__ __forceinline__ void wgmma_k32(float (&d)[N / 2], std::uint64_t da, s
   (void)da;
   (void)db;
 #endif
-}
-
-// Keep the accumulators in place across the asynchronous wgmma (CUTLASS warpgroup_fence_operand):
-// an empty asm that "reads and writes" each register stops the compiler from moving or reusing
-// them between the mma and wgmma.wait_group.
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // ---- The probe: one CTA (one warpgroup) per tile.
@@ -156,12 +110,12 @@ __global__ void __launch_bounds__(kThreads) wgmma_probe_kernel(const std::uint8_
                                      operand_sbo(kM), swap_fields);
   const std::uint64_t db = make_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(sB)), operand_lbo(N),
                                      operand_sbo(N), swap_fields);
-  fence_regs(d);
+  wgmma_fence_regs(d);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");  // orders the register writes above
   wgmma_k32<FA, FB, N>(d, da, db);
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  fence_regs(d);
+  wgmma_fence_regs(d);
   float* gD = D + tile * kM * N;
 #pragma unroll
   for (int i = 0; i < N / 2; i += 2) {

@@ -12,7 +12,9 @@
 # (the rows whose name holds FILTER, each checked bitwise before it is timed, beside the backend's
 # and the cuBLASLt loop's rows of the same run; tune.log), then test_kernels_cutlass (every built
 # kernel bitwise the model; tests.log).
-#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|sanitize|all=all]
+# `probe`: fp8moe-fold-probe (the tensor pipe under the fold's schedules; probe.log), then the wgmma
+# probe's suite (tests.log).
+#   scripts/gpu_round.sh PACK_DIR RESULTS_DIR [bench|tests|sweeps|sanitize|probe|all=all]
 #   scripts/gpu_round.sh PACK_DIR RESULTS_DIR cutlass FILTER
 # Exit status: the number of steps that failed.
 set -uo pipefail
@@ -107,6 +109,16 @@ fi
 if [[ $what == cutlass ]]; then
   step tune timeout 300 "$bin/fp8moe" bench --no-quant --cutlass-only "$filter" --warmup 1 --runs 5
   step tests timeout 200 "$bin/test_kernels_cutlass"
+fi
+if [[ $what == probe ]]; then
+  # The fold-overlap probe (kernels/bench/fold_probe.cu): its default run, a longer one on the
+  # swizzled layout (steadier clocks), the SM clocks and power around them; then the wgmma probe's
+  # suite (both share kernels/wgmma_asm.cuh).
+  step probe nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
+  step probe timeout 120 "$bin/fp8moe-fold-probe"
+  step probe timeout 120 "$bin/fp8moe-fold-probe" --blocks 16384 --layout swizzled --runs 5
+  step probe nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
+  step tests timeout 300 "$bin/test_kernels_wgmma"
 fi
 if [[ $what == all || $what == bench ]]; then
   step bench "$bin/fp8moe" bench --h5 "$res/bench-kernels.h5" --force

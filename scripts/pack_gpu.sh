@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine needs to run fp8moe's CUDA work into one folder: the CLI, the kernel
-# benchmark and every GPU test binary, stripped and compressed (the device tool carries at most
-# 64 MiB). The folder name must be git-ignored (build-*/ is).
+# benchmark, the fold-overlap probe and every GPU test binary, stripped and compressed (the device
+# tool carries at most 64 MiB). The folder name must be git-ignored (build-*/ is).
 #   scripts/pack_gpu.sh [BUILD_DIR=build] [OUT_DIR=build-gpu]
 # On the GPU machine: scripts/gpu_round.sh OUT_DIR RESULTS_DIR unpacks it and runs the GPU tests,
 # the bench and a cuda-simt op run, one log per step.
@@ -17,10 +17,10 @@ targets=$(cmake --build "$build" --target help 2>/dev/null || true)
 if [[ $targets == *test_kernels_cutlass* ]]; then
   tests+=(test_kernels_cutlass)
 fi
-cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels "${tests[@]}" >&2
+cmake --build "$build" -j "${FP8MOE_JOBS:-$(nproc)}" --target fp8moe fp8moe-bench-kernels fp8moe-fold-probe "${tests[@]}" >&2
 stage=$(mktemp -d)
 mkdir -p "$stage/bin"
-cp "$build/bin/fp8moe" "$build/kernels/fp8moe-bench-kernels" "$stage/bin/"
+cp "$build/bin/fp8moe" "$build/kernels/fp8moe-bench-kernels" "$build/kernels/fp8moe-fold-probe" "$stage/bin/"
 # Optional: the MPI-linked CLI that `fp8moe --runtime mpi` (and --runtime nccl under mpirun) re-executes
 # as; built only where Open MPI was found. The plain fp8moe runs without it.
 if [[ -f $build/bin/fp8moe-mpi ]]; then cp "$build/bin/fp8moe-mpi" "$stage/bin/"; fi
