@@ -13,6 +13,10 @@
 //               every block, as the backend's do at its shared-memory stages
 //   fold-free   the same without the barrier
 //   fold-offset fold-free, warpgroup w starting one block after warpgroup w-1 (round 12's idea)
+//   halves      each warpgroup's 192 columns as two 96-wide chains (m64n96k32) in flight one
+//               after the other, waited for one at a time, unfolded (the narrower wgmma's ceiling)
+//   fold-halves the same, each half's partial folded while the other half's chain runs: the fold
+//               under the warpgroup's own MMAs, in the registers of one 192-wide partial
 //   side-ffma   `wait`, plus one more warpgroup doing the folds' FFMAs (same count, same scale
 //               loads) on registers of its own: whether FFMAs and MMAs share the SM without cost
 // for 2 warpgroups of 64x192 (the backend's tile), 2 of 64x128 and 3 of 64x128 (192x128 tiles),
@@ -53,7 +57,7 @@
 namespace fp8moe::kernels::fold_probe {
 namespace {
 
-enum class Sched { stream, wait, fold_step, fold_free, fold_offset, side_ffma };
+enum class Sched { stream, wait, fold_step, fold_free, fold_offset, side_ffma, halves, fold_halves };
 enum class Layout { swizzled, plain };
 
 const char* sched_name(Sched s) {
@@ -64,10 +68,15 @@ const char* sched_name(Sched s) {
     case Sched::fold_free: return "fold-free";
     case Sched::fold_offset: return "fold-offset";
     case Sched::side_ffma: return "side-ffma";
+    case Sched::halves: return "halves";
+    case Sched::fold_halves: return "fold-halves";
   }
   return "?";
 }
-__host__ __device__ constexpr bool folds(Sched s) { return s == Sched::fold_step || s == Sched::fold_free || s == Sched::fold_offset; }
+__host__ __device__ constexpr bool folds(Sched s) {
+  return s == Sched::fold_step || s == Sched::fold_free || s == Sched::fold_offset || s == Sched::fold_halves;
+}
+__host__ __device__ constexpr bool in_halves(Sched s) { return s == Sched::halves || s == Sched::fold_halves; }
 
 constexpr int kRows = 64;         // rows of a warpgroup's wgmma tile
 constexpr int kBlockK = 128;      // K of one fold (one 128-K block: four k32 wgmmas)
@@ -100,6 +109,11 @@ __device__ inline std::uint64_t descriptor(Layout l, std::uint32_t base, int row
   return enc(base + 2u * lbo * ks) | (enc(lbo) << 16) | (enc(128) << 32);
 }
 
+// Bytes from an operand tile's first row to row `r` (a multiple of 8) in either layout.
+__host__ __device__ constexpr std::uint32_t row_bytes(Layout l, int r) {
+  return static_cast<std::uint32_t>(l == Layout::swizzled ? r * 128 : r * 16);
+}
+
 // Accumulator register i of thread t (0..127) of a warpgroup: (row, col) of the 64 x N tile
 // (PTX ISA Figure 153; kernels/wgmma_probe.hpp's d_fragment).
 __host__ __device__ inline int frag_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2); }
@@ -108,8 +122,10 @@ __host__ __device__ inline int frag_col(int t, int i) { return 8 * (i / 4) + 2 *
 template <int N>
 __device__ __forceinline__ void mma(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, int scale_d) {
 #if FP8MOE_FOLD_PROBE_WGMMA
-  static_assert(N == 128 || N == 192, "the probe instantiates N = 128, 192");
-  if constexpr (N == 128) {
+  static_assert(N == 96 || N == 128 || N == 192, "the probe instantiates N = 96, 128, 192");
+  if constexpr (N == 96) {
+    FP8MOE_WGMMA_ASM(96, 48, 48, 49, 50, e4m3, e4m3, scale_d);
+  } else if constexpr (N == 128) {
     FP8MOE_WGMMA_ASM(128, 64, 64, 65, 66, e4m3, e4m3, scale_d);
   } else {
     FP8MOE_WGMMA_ASM(192, 96, 96, 97, 98, e4m3, e4m3, scale_d);
@@ -178,7 +194,78 @@ __global__ void __launch_bounds__(threads_of<N, NWG, S>(), 1) probe_kernel(Param
     if constexpr (S == Sched::fold_offset) {
       if (w > 0) named_sync(2 + w, 256);  // warpgroup w-1 arrives once its first block is folded
     }
-    for (int kb = 0; kb < p.blocks; ++kb) {
+    if constexpr (in_halves(S)) {
+      // Two 96-wide chains a block, in flight one after the other. Register i of half h is
+      // column 96 h + frag_col(i): acc's register 48 h + i.
+      static_assert(N == 192, "halves of the 192-wide tile");
+      // Zeroed where the compiler cannot see the value: a register known to hold 0 becomes the
+      // source of other zeros, read while a chain is in flight, and ptxas serializes (C7514).
+      float h0[48], h1[48];
+#pragma unroll
+      for (int i = 0; i < 48; ++i) {
+        asm volatile("mov.b32 %0, 0;" : "=f"(h0[i]));
+        asm volatile("mov.b32 %0, 0;" : "=f"(h1[i]));
+      }
+      const auto issue = [&](float(&d)[48], int h) {
+        wgmma_fence_regs(d);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          mma<96>(d, descriptor(L, a_base, kRows, ks), descriptor(L, b_base + row_bytes(L, 96 * h), N, ks),
+                  S == Sched::fold_halves && ks == 0 ? 0 : 1);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      };
+      const auto fold_half = [&](float(&d)[48], int h, int kb) {
+        wgmma_fence_regs(d);
+        if constexpr (S == Sched::fold_halves) {
+          const float* s = sSa + (kb & 1) * NWG * kRows + w * kRows;
+          const float s0 = s[r0] * p.sb, s1 = s[r1] * p.sb;
+#pragma unroll
+          for (int i = 0; i < 48; ++i) acc[48 * h + i] = fmaf(d[i], (i / 2) % 2 ? s1 : s0, acc[48 * h + i]);
+        }
+      };
+      // Block kb, its left half's chain in flight: issue the right half, wait for the left one
+      // and fold it, issue the next block's left half (none after the last), wait for the right
+      // one and fold it. Two blocks an iteration and the last one or two after the loop: the
+      // shape in which ptxas keeps the chains asynchronous (kernels/cutlass_overlap.cuh's halves;
+      // one block an iteration, and ptxas serializes every wgmma: C7514, SPEC 15.5).
+      const auto block = [&](int kb, bool last) {
+        issue(h1, 1);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        fold_half(h0, 0, kb);
+        if (last) {
+          asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        } else {
+          issue(h0, 0);
+          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        }
+        fold_half(h1, 1, kb);
+      };
+      issue(h0, 0);
+      int kb = 0, left = p.blocks - 1;  // blocks after kb
+#pragma unroll 1
+      while (left >= 2) {
+        block(kb, false);
+        block(kb + 1, false);
+        kb += 2;
+        left -= 2;
+      }
+      if (left == 1) {
+        block(kb, false);
+        block(kb + 1, true);
+      } else {
+        block(kb, true);
+      }
+      if constexpr (S == Sched::halves) {
+#pragma unroll
+        for (int i = 0; i < 48; ++i) {
+          acc[i] = h0[i];
+          acc[48 + i] = h1[i];
+        }
+      }
+    }
+    for (int kb = 0; kb < (in_halves(S) ? 0 : p.blocks); ++kb) {
       if constexpr (folds(S)) {
         if constexpr (S == Sched::fold_step) named_sync(1, NWG * 128);
         wgmma_fence_regs(part);
@@ -268,6 +355,8 @@ void add_layout(std::vector<Config>& v) {
   v.push_back(make<192, 2, Sched::fold_free, L>());
   v.push_back(make<192, 2, Sched::fold_offset, L>());
   v.push_back(make<192, 2, Sched::side_ffma, L>());
+  v.push_back(make<192, 2, Sched::halves, L>());
+  v.push_back(make<192, 2, Sched::fold_halves, L>());
   v.push_back(make<128, 2, Sched::stream, L>());
   v.push_back(make<128, 2, Sched::wait, L>());
   v.push_back(make<128, 2, Sched::fold_step, L>());
