@@ -111,10 +111,11 @@ if [[ $what == cutlass ]]; then
   step tests timeout 200 "$bin/test_kernels_cutlass"
 fi
 if [[ $what == probe ]]; then
-  # The fold-overlap probe (kernels/bench/fold_probe.cu): its default run, a longer one on the
-  # swizzled layout (steadier clocks), the SM clocks and power around them; then the wgmma probe's
-  # suite (both share kernels/wgmma_asm.cuh).
+  # The fold-overlap probe (kernels/bench/fold_probe.cu): its CTest's run (5 blocks), its default
+  # run, a longer one on the swizzled layout (steadier clocks), the SM clocks and power around
+  # them; then the wgmma probe's suite (both share kernels/wgmma_asm.cuh).
   step probe nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
+  step probe timeout 120 "$bin/fp8moe-fold-probe" --blocks 5 --runs 1
   step probe timeout 120 "$bin/fp8moe-fold-probe"
   step probe timeout 120 "$bin/fp8moe-fold-probe" --blocks 16384 --layout swizzled --runs 5
   step probe nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv
