@@ -54,6 +54,7 @@
 
 #include "kernels/check.hpp"
 #include "kernels/wgmma_asm.cuh"
+#include "kernels/wgmma_probe.hpp"
 #include "reference/formats.hpp"
 #include "reference/tensor_core.hpp"
 
@@ -103,7 +104,7 @@ __host__ __device__ inline std::uint32_t operand_byte(Layout l, int row, int k, 
   if (l == Layout::swizzled) {
     return static_cast<std::uint32_t>(row * 128 + (((k / 16) ^ (row % 8)) * 16) + k % 16);
   }
-  return static_cast<std::uint32_t>((k / 16) * rows * 16 + row * 16 + k % 16);
+  return wgmma::smem_offset(row, k, rows);
 }
 
 // The matrix descriptor of k32 step `ks` (0..3) of a tile at shared address `base` (PTX ISA
@@ -111,12 +112,9 @@ __host__ __device__ inline std::uint32_t operand_byte(Layout l, int row, int k, 
 // 62-63 the swizzle, 1 = 128B). Swizzled: the step starts 32 bytes further (the hardware swizzles
 // the address it forms), 8-row groups 1024 bytes apart. Plain: two K columns of core matrices further.
 __device__ inline std::uint64_t descriptor(Layout l, std::uint32_t base, int rows, int ks) {
-  const auto enc = [](std::uint32_t x) { return static_cast<std::uint64_t>((x & 0x3FFFFu) >> 4); };
-  if (l == Layout::swizzled) {
-    return enc(base + 32u * ks) | (enc(16) << 16) | (enc(1024) << 32) | (1ull << 62);
-  }
-  const std::uint32_t lbo = static_cast<std::uint32_t>(rows) * 16u;
-  return enc(base + 2u * lbo * ks) | (enc(lbo) << 16) | (enc(128) << 32);
+  if (l == Layout::swizzled) return wgmma::make_desc(base + 32u * ks, 16, 1024, false) | (1ull << 62);
+  const std::uint32_t lbo = wgmma::operand_lbo(rows);
+  return wgmma::make_desc(base + 2u * lbo * ks, lbo, wgmma::operand_sbo(rows), false);
 }
 
 // Bytes from an operand tile's first row to row `r` (a multiple of 8) in either layout.
@@ -126,8 +124,8 @@ __host__ __device__ constexpr std::uint32_t row_bytes(Layout l, int r) {
 
 // Accumulator register i of thread t (0..127) of a warpgroup: (row, col) of the 64 x N tile
 // (PTX ISA Figure 153; kernels/wgmma_probe.hpp's d_fragment).
-__host__ __device__ inline int frag_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2); }
-__host__ __device__ inline int frag_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 32 % 4) + i % 2; }
+__host__ __device__ inline int frag_row(int t, int i) { return wgmma::d_fragment(t, i).row; }
+__host__ __device__ inline int frag_col(int t, int i) { return wgmma::d_fragment(t, i).col; }
 
 template <int N>
 __device__ __forceinline__ void mma(float (&d)[N / 2], std::uint64_t da, std::uint64_t db, int scale_d) {
