@@ -51,9 +51,7 @@
 namespace fp8moe::kernels::bench {
 namespace {
 
-struct Shape {
-  std::int64_t E, Me, N, K;
-};
+using Shape = BenchShape;
 
 // What a row's figure was checked against, and how many elements failed (any > 0 fails the bench).
 struct Check {
@@ -420,19 +418,17 @@ void bench_cuda_cores(Run& run, const Shape& s) {
 
 }  // namespace
 
-void bench_gemms(Run& run, bool cutlass_tune, const std::string& only) {
+void bench_gemms(Run& run, bool cutlass_tune, const std::string& only, const std::vector<BenchShape>& shapes) {
   std::printf("\n(baseline: a cublaslt row's is the per-tensor-scaled cuBLASLt loop; a cutlass row's the block-scaled "
               "cuBLASLt loop of the row above it)\n");
   std::printf("\n| backend          | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
   std::printf("|------------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
   CublasLtGrouped lt;
-  // DeepSeek-V3-like (8, 4096, 4096, 7168) and (8, 4096, 7168, 2048), DeepGEMM's published
-  // m-grouped shape (4, 8192, 4096, 7168), (16, 2048, 5120, 8192), Qwen3-MoE-like (16, 2048, 3072, 4096)
-  for (const Shape& s : {Shape{8, 4096, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{4, 8192, 4096, 7168},
-                         Shape{16, 2048, 5120, 8192}, Shape{16, 2048, 3072, 4096}}) {
+  for (const Shape& s : shapes.empty() ? default_bench_shapes() : shapes) {
+    if (!shapes.empty()) std::fprintf(stderr, "fp8moe bench: %s\n", shape_name("GEMMs at", s).c_str());
     bench_cublaslt(run, lt, s, cutlass_tune, only);
   }
-  bench_cuda_cores(run, Shape{4, 1024, 1024, 1024});
+  if (shapes.empty()) bench_cuda_cores(run, Shape{4, 1024, 1024, 1024});  // with --shape, only the shapes asked for
 }
 
 }  // namespace fp8moe::kernels::bench

@@ -1,7 +1,7 @@
 // fp8moe-bench-kernels: the GPU kernel benchmark as its own binary (kernels/bench/bench.hpp; the same
 // as `fp8moe bench`). Exits 77 when no CUDA device is visible.
 //   fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]
-//                        [--warmup N] [--runs N]
+//                        [--shape E,Me,N,K ...] [--warmup N] [--runs N]
 #include <cstdio>
 #include <exception>
 #include <limits>
@@ -34,6 +34,13 @@ int main(int argc, char** argv) {
     } else if (a == "--cutlass-only" && i + 1 < argc) {
       opt.cutlass_tune = true;
       opt.cutlass_only = argv[++i];
+    } else if (a == "--shape" && i + 1 < argc) {
+      try {
+        opt.shapes.push_back(fp8moe::kernels::parse_bench_shape(argv[++i]));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "fp8moe-bench-kernels: %s\n", e.what());
+        return 2;
+      }
     } else if ((a == "--warmup" || a == "--runs") && i + 1 < argc) {
       // A whole number (check_bench_options checks its range), as `fp8moe bench` reads it.
       try {
@@ -45,7 +52,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: fp8moe-bench-kernels [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] "
-                           "[--cutlass-only SUBSTRING] [--warmup N] [--runs N]\n");
+                           "[--cutlass-only SUBSTRING] [--shape E,Me,N,K ...] [--warmup N] [--runs N]\n");
       return 2;
     }
   }

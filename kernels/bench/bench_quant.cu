@@ -173,7 +173,7 @@ int run_kernel_bench(const KernelBenchOptions& o) {
   const int bad = [&] {
     Run run({o.warmup, o.runs}, qrows ? &*qrows : nullptr, grows ? &*grows : nullptr);  // gone before they close
     if (o.quant) quant_table(run);
-    if (o.gemm) bench::bench_gemms(run, o.cutlass_tune, o.cutlass_only);
+    if (o.gemm) bench::bench_gemms(run, o.cutlass_tune, o.cutlass_only, o.shapes);
     return run.failed_checks();
   }();
   if (bad > 0) {

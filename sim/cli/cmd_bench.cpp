@@ -3,6 +3,8 @@
 // loop, each baseline timed in the same run. A benchmark, never a test. Exits 77 when no CUDA
 // device is visible (nothing measured, no file written).
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "kernels/bench/bench.hpp"
 #include "results/output_file.hpp"
@@ -20,13 +22,16 @@ int cmd_bench(const Args& args) {
       ("cutlass-tune", po::bool_switch(), "also time every CUTLASS kernel configuration on every shape (each checked bitwise first)")
       ("cutlass-only", po::value<std::string>(),
        "--cutlass-tune with only the configurations whose row name contains this (e.g. co/ov: cooperative, fp8moe's fold)")
+      ("shape", po::value<std::vector<std::string>>(),
+       "time the GEMMs at E,Me,N,K (experts, rows per expert, N, K; Me, N, K multiples of 128) instead of the five "
+       "production shapes; repeat for more")
       ("warmup", po::value<int>()->default_value(3), "untimed calls of each row before it is timed")
       ("runs", po::value<int>()->default_value(30),
        "timed calls of each row (its median reported); under a profiler --warmup 0 --runs 1");
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "usage: fp8moe bench [--h5 FILE [--force]] [--no-quant] [--no-gemm] [--cutlass-tune] [--cutlass-only SUBSTRING]\n"
-             "                   [--warmup N] [--runs N]")) {
+             "                   [--shape E,Me,N,K ...] [--warmup N] [--runs N]")) {
     return 0;
   }
   kernels::KernelBenchOptions opt;
@@ -36,6 +41,9 @@ int cmd_bench(const Args& args) {
   if (vm.count("cutlass-only")) opt.cutlass_only = vm["cutlass-only"].as<std::string>();
   opt.warmup = vm["warmup"].as<int>();
   opt.runs = vm["runs"].as<int>();
+  if (vm.count("shape")) {
+    for (const std::string& t : vm["shape"].as<std::vector<std::string>>()) opt.shapes.push_back(kernels::parse_bench_shape(t));
+  }
   if (vm.count("h5")) opt.h5_path = vm["h5"].as<std::string>();
   std::optional<results::OutputFile> out;  // checked and locked before anything runs
   kernels::prepare_bench(opt, vm["force"].as<bool>(), out);

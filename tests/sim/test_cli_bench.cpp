@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/bench/bench.hpp"
 #include "results/h5.hpp"
 #include "results/h5_test_util.hpp"
 #include "support/run_cli.hpp"
@@ -138,4 +139,94 @@ TEST_CASE("fp8moe bench: without a device (or CUDA) it says so and writes no fil
     CHECK(f.attr_string("status").value_or("") == "complete");
   }
   CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+}
+
+TEST_CASE("bench --shape: E,Me,N,K parsed whole, every broken rule named with its fix") {
+  for (const kernels::BenchShape& s : kernels::default_bench_shapes()) {
+    const std::string text = cat(s.E, ",", s.Me, ",", s.N, ",", s.K);
+    const kernels::BenchShape p = kernels::parse_bench_shape(text);
+    CAPTURE(text);
+    CHECK(p.E == s.E);
+    CHECK(p.Me == s.Me);
+    CHECK(p.N == s.N);
+    CHECK(p.K == s.K);
+  }
+  const kernels::BenchShape big = kernels::parse_bench_shape("4,8192,4096,28672");
+  CHECK(big.K == 28672);
+  // The largest shape under the element limit passes; one block more fails.
+  CHECK(kernels::parse_bench_shape("1,128,128,16777088").K == 16777088);
+  const struct {
+    const char* text;
+    const char* says;
+  } bad[] = {
+      {"4,8192,4096", "has 3 field(s), not 4"},
+      {"4,8192,4096,7168,1", "has 5 field(s), not 4"},
+      {"", "has 1 field(s), not 4"},
+      {"4,8192,,7168", "field N"},
+      {"4,8192,4096,7000", "K = 7000, not a multiple of 128: round it to 7040"},
+      {"4,100,4096,7168", "Me = 100, not a multiple of 128: round it to 128"},
+      {"0,8192,4096,7168", "field E: must be >= 1"},
+      {"-4,8192,4096,7168", "field E"},
+      {"four,8192,4096,7168", "field E: 'four' is not an integer"},
+      {"4,8192,4096,7168.5", "field K: '7168.5' is not an integer"},
+      {"1025,128,128,128", "E = 1025 experts: give 1 to 1024"},
+      {"4,8192,4096,99999999999999999999", "field K"},
+      {"1,128,128,16777216", "the activations (E*Me x K) 2^31 elements or more"},
+      {"1024,2147483520,2147483520,2147483520", "2^31 elements or more"},  // products far past 64 bits
+      {"16,131072,8192,128", "the output (E*Me x N) 2^31 elements or more"},
+      {"128,128,16384,1024", "the weights (E x N x K) 2^31 elements or more"},
+  };
+  for (const auto& b : bad) {
+    CAPTURE(b.text);
+    try {
+      (void)kernels::parse_bench_shape(b.text);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      CAPTURE(m);
+      CHECK(m.find(cat("--shape '", b.text, "'")) == 0);
+      CHECK(m.find(b.says) != std::string::npos);
+      CHECK(m.find("give E,Me,N,K") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("fp8moe bench --shape: a bad shape is one line, exit 2, before anything runs or is written") {
+  test::TempDir dir(1);
+  const std::string out = dir.file("s.h5");
+  const auto check = [&](const test::Run& r, const char* prefix, const char* says) {
+    CAPTURE(r.output);
+    CHECK(r.rc == 2);
+    CHECK(r.lines() == 1);
+    CHECK(r.output.find(prefix) == 0);
+    CHECK(r.output.find(says) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+  };
+  check(bench("--no-quant --shape 4,8192,4096,7000 --h5 " + quote(out)), "fp8moe bench: error: ", "round it to 7040");
+  check(bench("--no-gemm --shape 4,8192,4096,7168 --h5 " + quote(out)), "fp8moe bench: error: ", "drop --no-gemm");
+#ifdef FP8MOE_BENCH_KERNELS_BIN
+  check(test::run_program(FP8MOE_BENCH_KERNELS_BIN, "--no-quant --shape 4,8192 --h5 " + quote(out)), "fp8moe-bench-kernels: ",
+        "has 2 field(s), not 4");
+  check(test::run_program(FP8MOE_BENCH_KERNELS_BIN, "--no-gemm --shape 1,128,128,128 --h5 " + quote(out)),
+        "fp8moe-bench-kernels: ", "drop --no-gemm");
+#endif
+}
+
+TEST_CASE("fp8moe bench --shape: the GEMM table at the shapes asked for only (on a device), else exit 77 or 2") {
+  test::TempDir dir(1);
+  const std::string out = dir.file("g.h5");
+  const test::Run r = bench("--no-quant --shape 2,256,384,512 --shape 1,128,128,1024 --warmup 0 --runs 2 --h5 " + quote(out));
+  CAPTURE(r.output);
+  if (r.rc == 77 || r.rc == 2) {
+    CHECK(r.output.find(r.rc == 77 ? "no CUDA device is visible" : "built without CUDA") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+    return;
+  }
+  REQUIRE(r.rc == 0);
+  CHECK(r.output.find("( 2,  256,  384,  512)") != std::string::npos);
+  CHECK(r.output.find("( 1,  128,  128, 1024)") != std::string::npos);
+  CHECK(r.output.find("( 8, 4096, 4096, 7168)") == std::string::npos);  // no default shape
+  CHECK(r.output.find("simt deepgemm") == std::string::npos);           // nor the CUDA-core rows
+  const h5::File f = h5::File::open(out);
+  CHECK(f.attr_string("status").value_or("") == "complete");
 }
