@@ -31,3 +31,8 @@ python3 scripts/ncu_stalls.py "$out/fwd_sass.csv" >"$out/fwd_stalls.md" 2>&1
 echo "stalls rc=$?"
 xz -9 "$out/fwd_sass.csv"
 rm -f "$out/fwd.ncu-rep"
+# The device tool returns 8 files at most: the small ones go into two.
+{ echo "## nvidia-smi before and after the K-scaling bench"; cat "$out/smi-before.txt"; } >>"$out/kscale.log"
+{ echo "## the profiled bench's console"; cat "$out/ncu-run.log"; } >>"$out/fwd-details.txt"
+rm -f "$out/smi-before.txt" "$out/ncu-run.log"
+ls -la "$out" "$out/probe"
