@@ -61,6 +61,9 @@ struct Config {
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "a wgmma tile width (a multiple of 16 up to 256)");
   static constexpr int kScaleN = kKind == ScaleKind::act_weight ? std::gcd(kTileN, 128) : 1;
   static constexpr bool kExpandB = cutlass_straddles(kKind, kTileN);
+  static_assert(!kExpandB || cutlass_straddling_verified(kTileN),
+                "a weight tile straddling 128x128 blocks at a width not verified bitwise on a device "
+                "(kCutlassVerifiedStraddling, kernels/cutlass_gemm.hpp)");
   static_assert(!kExpandB || kFold == CutlassFold::after_mma_own || kFold == CutlassFold::under_other_half,
                 "a weight tile whose width is not a multiple of 128 needs one of fp8moe's mainloops that read B's "
                 "scales per column group (CUTLASS's folds act_act's arithmetic where B has more than one scale per tile)");
@@ -82,8 +85,10 @@ struct Config {
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using KernelSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                              cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
-                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<
+      kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+      cute::conditional_t<kSchedule == CutlassSchedule::cooperative_direct, cutlass::epilogue::PtrArrayNoSmemWarpSpecialized,
+                          cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -316,8 +321,10 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   f.beta_ptr = nullptr;
   f.alpha_ptr_array = nullptr;
   f.beta_ptr_array = nullptr;
-  f.dAlpha = {cute::_0{}, cute::_0{}, 0};
-  f.dBeta = {cute::_0{}, cute::_0{}, 0};
+  if constexpr (requires { f.dAlpha; }) {  // the TMA epilogues' fusion arguments; the direct one's has none
+    f.dAlpha = {cute::_0{}, cute::_0{}, 0};
+    f.dBeta = {cute::_0{}, cute::_0{}, 0};
+  }
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.raster_order = k.raster == CutlassRaster::along_n ? Raster::AlongN : Raster::AlongM;
   args.scheduler.max_swizzle_size = k.swizzle;

@@ -32,10 +32,13 @@ namespace fp8moe::kernels {
 
 enum class ScaleKind { act_weight, act_act };
 
-// The kernel schedule: cooperative (two consumer warpgroups share a 128x128 tile; every output
-// type) or ping-pong (each warpgroup its own 64x128 tile, one's epilogue under the other's
-// mainloop; instantiated for bf16 output). Both are the same arithmetic per output element.
-enum class CutlassSchedule { cooperative, pingpong };
+// The kernel schedule: cooperative (two consumer warpgroups share a 128 x tile_n tile; every
+// output type), ping-pong (each warpgroup its own 64 x tile_n tile, one's epilogue under the
+// other's mainloop; instantiated for bf16 output), or cooperative with its epilogue stored straight
+// from the accumulator registers (CUTLASS's PtrArrayNoSmemWarpSpecialized: no shared-memory staging,
+// no TMA store, no barrier between the consumer warpgroups; a warp's stores drain while it starts
+// the next tile's wgmmas). All are the same arithmetic per output element.
+enum class CutlassSchedule { cooperative, pingpong, cooperative_direct };
 // Where the mainloop folds a 128-K block's partial into the accumulator: right after its own
 // wgmma (CUTLASS's collective), under the next block's wgmma (fp8moe's mainloop with two partials,
 // kernels/cutlass_overlap.cuh), or right after its own wgmma in fp8moe's mainloop (one partial, the
@@ -92,6 +95,20 @@ bool cutlass_built(ScaleKind kind, const CutlassKernel& k, OutDtype out);
 // Whether `k`'s act_weight tiles straddle weight blocks (a width not a multiple of 128): its
 // CutlassGroup::sfb is then the weight-block scales as quantized, (ceil(n/128), k/128) row-major.
 constexpr bool cutlass_straddles(ScaleKind kind, int tile_n) { return kind == ScaleKind::act_weight && tile_n % 128 != 0; }
+
+// The straddling widths verified bitwise on a device: 208 and 224 compiled and computed wrong
+// outputs on the H100 (results/bench/2026-12-07-cutlass-round14; cause not found), so a new width
+// needs a device round (scripts/gpu_round.sh ... cutlass FILTER: its test_kernels_cutlass) before it
+// goes here. The one list: kernels/CMakeLists.txt reads the next line at configure time (to refuse
+// a .def line early, by name), cutlass_gemm.cuh's Config asserts it, test_kernels_layout checks
+// the built table against it.
+inline constexpr int kCutlassVerifiedStraddling[] = {160, 192};
+constexpr bool cutlass_straddling_verified(int tile_n) {
+  for (const int w : kCutlassVerifiedStraddling) {
+    if (w == tile_n) return true;
+  }
+  return false;
+}
 
 struct CutlassGroup {
   int m = 0, n = 0, k = 0;

@@ -60,7 +60,14 @@ std::ptrdiff_t find_unit(ScaleKind kind, CutlassKernel k, OutDtype out) {
 
 }  // namespace
 
-const char* cutlass_schedule_name(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? "ping-pong" : "cooperative"; }
+const char* cutlass_schedule_name(CutlassSchedule s) {
+  switch (s) {
+    case CutlassSchedule::pingpong: return "ping-pong";
+    case CutlassSchedule::cooperative_direct: return "cooperative, epilogue stored from registers";
+    case CutlassSchedule::cooperative: break;
+  }
+  return "cooperative";
+}
 const char* cutlass_fold_name(CutlassFold f) {
   switch (f) {
     case CutlassFold::under_next_mma: return "fold under the next wgmma";
@@ -124,7 +131,10 @@ std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
                      : k.fold == CutlassFold::after_mma_own    ? "f1"
                      : k.fold == CutlassFold::under_other_half ? "hv"
                                                                : "cl";
-  return cat(k.schedule == CutlassSchedule::pingpong ? "pp" : "co", "/", fold,
+  const char* schedule = k.schedule == CutlassSchedule::pingpong             ? "pp"
+                         : k.schedule == CutlassSchedule::cooperative_direct ? "cd"
+                                                                             : "co";
+  return cat(schedule, "/", fold,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string(),
              k.sass == CutlassSass::yield_all    ? "/ya"

@@ -212,6 +212,14 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
   CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::fp32, 2048, 5120) ==
         CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 2});
   CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 4096, 4096).raster == CutlassRaster::along_m);  // a tie walks M
+  // Row names: the schedule first (co, pp, cd), then the fold, the walk, the cluster, the width.
+  CHECK(kernels::cutlass_short_name(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096), true) == "co/f1/N1/2x1/n192");
+  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::cooperative_direct, CutlassFold::after_mma_own,
+                                                  CutlassRaster::along_m, 2, CutlassCluster::m2n1, 192},
+                                    true) == "cd/f1/M2/2x1/n192");
+  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::pingpong}, false) == "pp/cl");
+  CHECK(kernels::cutlass_config_name(ScaleKind::act_act, CutlassKernel{CutlassSchedule::cooperative_direct})
+            .find("cooperative, epilogue stored from registers") != std::string::npos);
   // Every choice is built, for both output types, at square, tall and wide outputs and at one row.
   for (ScaleKind kind : {ScaleKind::act_act, ScaleKind::act_weight}) {
     for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
@@ -240,7 +248,7 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
       CHECK(kernels::cutlass_built(b.kind, k, OutDtype::fp32) == b.fp32);
     }
     if (kernels::cutlass_straddles(b.kind, b.kernel.tile_n)) {
-      CHECK((b.kernel.tile_n == 160 || b.kernel.tile_n == 192));
+      CHECK(kernels::cutlass_straddling_verified(b.kernel.tile_n));
       CHECK((b.kernel.fold == CutlassFold::after_mma_own || b.kernel.fold == CutlassFold::under_other_half));
     }
     for (std::size_t j = 0; j < i; ++j) CHECK_FALSE((built[j].kind == b.kind && built[j].kernel == b.kernel));
@@ -248,6 +256,9 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
   // Outside the table: a width never built, and fp32 where only bf16 is.
   CutlassKernel wide = cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096);
   wide.tile_n = 208;
+  CHECK_FALSE(kernels::cutlass_straddling_verified(208));
+  CHECK_FALSE(kernels::cutlass_straddling_verified(224));
+  CHECK(kernels::cutlass_straddling_verified(192));
   CHECK_FALSE(kernels::cutlass_built(ScaleKind::act_weight, wide, OutDtype::bf16));
   CHECK_FALSE(kernels::cutlass_built(ScaleKind::act_weight, cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096),
                                      OutDtype::fp32));
