@@ -217,7 +217,7 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
   CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::cooperative_direct, CutlassFold::after_mma_own,
                                                   CutlassRaster::along_m, 2, CutlassCluster::m2n1, 192},
                                     true) == "cd/f1/M2/2x1/n192");
-  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::pingpong}, false) == "pp/cl");
+  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::pingpong}, false) == "pp/ov");
   CHECK(kernels::cutlass_config_name(ScaleKind::act_act, CutlassKernel{CutlassSchedule::cooperative_direct})
             .find("cooperative, epilogue stored from registers") != std::string::npos);
   // Every choice is built, for both output types, at square, tall and wide outputs and at one row.
