@@ -120,25 +120,30 @@ TEST_CASE("fp8moe-bench-kernels: the same option errors, one line and exit 2, no
 }
 #endif
 
+// A bench run to `out`: true when it measured (exit 0, the file complete, no temporary left);
+// false when it could not (no device: exit 77; no CUDA in the build: exit 2), having said so and
+// written no file.
+namespace {
+bool measured(const test::Run& r, const std::string& out) {
+  CAPTURE(r.output);
+  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+  if (r.rc == 77 || r.rc == 2) {
+    CHECK(r.output.find(r.rc == 77 ? "no CUDA device is visible" : "built without CUDA") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(out));
+    return false;
+  }
+  REQUIRE(r.rc == 0);
+  const h5::File f = h5::File::open(out);
+  CHECK(f.attr_string("status").value_or("") == "complete");
+  return true;
+}
+}  // namespace
+
 TEST_CASE("fp8moe bench: without a device (or CUDA) it says so and writes no file, with one the file ends complete") {
   test::TempDir dir(2);
   const std::string out = dir.file("b.h5");
   const test::Run r = bench("--no-gemm --h5 " + quote(out));
-  CAPTURE(r.output);
-  if (r.rc == 77) {
-    CHECK(r.output.find("no CUDA device is visible") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(out));
-  } else if (r.rc == 2) {
-    CHECK(r.output.find("built without CUDA") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(out));
-  } else {
-    REQUIRE(r.rc == 0);
-    CHECK(r.output.find("q/copy") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
-    const h5::File f = h5::File::open(out);
-    CHECK(f.attr_string("status").value_or("") == "complete");
-  }
-  CHECK_FALSE(std::filesystem::exists(out + ".tmp"));
+  if (measured(r, out)) CHECK(r.output.find("q/copy") != std::string::npos);
 }
 
 TEST_CASE("bench --shape: E,Me,N,K parsed whole, every broken rule named with its fix") {
@@ -216,17 +221,10 @@ TEST_CASE("fp8moe bench --shape: the GEMM table at the shapes asked for only (on
   test::TempDir dir(1);
   const std::string out = dir.file("g.h5");
   const test::Run r = bench("--no-quant --shape 2,256,384,512 --shape 1,128,128,1024 --warmup 0 --runs 2 --h5 " + quote(out));
+  if (!measured(r, out)) return;
   CAPTURE(r.output);
-  if (r.rc == 77 || r.rc == 2) {
-    CHECK(r.output.find(r.rc == 77 ? "no CUDA device is visible" : "built without CUDA") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(out));
-    return;
-  }
-  REQUIRE(r.rc == 0);
   CHECK(r.output.find("( 2,  256,  384,  512)") != std::string::npos);
   CHECK(r.output.find("( 1,  128,  128, 1024)") != std::string::npos);
   CHECK(r.output.find("( 8, 4096, 4096, 7168)") == std::string::npos);  // no default shape
   CHECK(r.output.find("simt deepgemm") == std::string::npos);           // nor the CUDA-core rows
-  const h5::File f = h5::File::open(out);
-  CHECK(f.attr_string("status").value_or("") == "complete");
 }
