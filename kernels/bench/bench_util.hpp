@@ -126,8 +126,8 @@ class Run {
 };
 
 // The GEMM table (bench_gemm.cu): every GPU backend's fwd, dgrad and wgrad at `shapes` (empty:
-// default_bench_shapes(), then the CUDA-core rows at (4, 1024, 1024, 1024)); rows also go to run.rows(Table::gemm) (one subgroup per row, attributes as columns)
-// when there is one. cutlass_tune: also every CUTLASS configuration whose row name contains
+// default_bench_shapes(), then the CUDA-core rows at (4, 1024, 1024, 1024)); rows also go to
+// run.rows(Table::gemm) (one subgroup per row, attributes as columns) when there is one. cutlass_tune: also every CUTLASS configuration whose row name contains
 // `only` (empty: all).
 void bench_gemms(Run& run, bool cutlass_tune, const std::string& only, const std::vector<BenchShape>& shapes);
 
