@@ -58,36 +58,45 @@ std::ptrdiff_t find_unit(ScaleKind kind, CutlassKernel k, OutDtype out) {
   return -1;
 }
 
+// Each enum value's names, indexed by the value: its short code (cutlass_short_name) and its
+// words (cutlass_config_name). One table per enum, so a new value is named in one place.
+struct Names {
+  const char* code;
+  const char* words;
+};
+constexpr Names kScheduleNames[] = {{"co", "cooperative"},
+                                    {"pp", "ping-pong"},
+                                    {"cd", "cooperative, epilogue stored from registers"}};
+constexpr Names kFoldNames[] = {{"cl", "fold after each wgmma"},
+                                {"ov", "fold under the next wgmma"},
+                                {"f1", "fold after each wgmma (fp8moe's mainloop)"},
+                                {"hv", "fold each half under the other's wgmma (fp8moe's mainloop)"}};
+constexpr Names kSassNames[] = {{"", "SASS as compiled"},
+                                {"ya", "every fold FFMA yielding"},
+                                {"yn", "no fold FFMA yielding"},
+                                {"yh", "the fold's first half of FFMAs yielding"}};
+static_assert(std::size(kScheduleNames) == static_cast<std::size_t>(CutlassSchedule::cooperative_direct) + 1);
+static_assert(std::size(kFoldNames) == static_cast<std::size_t>(CutlassFold::under_other_half) + 1);
+static_assert(std::size(kSassNames) == static_cast<std::size_t>(CutlassSass::yield_head) + 1);
+
+template <typename Enum, std::size_t N>
+const Names& names_of(const Names (&table)[N], Enum e) {
+  const auto i = static_cast<std::size_t>(e);
+  if (i >= N) fail("cutlass: enum value ", i, " has no name (kernels/cutlass_grouped.cpp's name tables)");
+  return table[i];
+}
+
+// The M extent of a CTA's tile: each ping-pong warpgroup owns a 64-row tile, the cooperative
+// schedules' two warpgroups share a 128-row one.
+int tile_m(CutlassSchedule s) { return s == CutlassSchedule::pingpong ? 64 : 128; }
+
 }  // namespace
 
-const char* cutlass_schedule_name(CutlassSchedule s) {
-  switch (s) {
-    case CutlassSchedule::pingpong: return "ping-pong";
-    case CutlassSchedule::cooperative_direct: return "cooperative, epilogue stored from registers";
-    case CutlassSchedule::cooperative: break;
-  }
-  return "cooperative";
-}
-const char* cutlass_fold_name(CutlassFold f) {
-  switch (f) {
-    case CutlassFold::under_next_mma: return "fold under the next wgmma";
-    case CutlassFold::after_mma_own: return "fold after each wgmma (fp8moe's mainloop)";
-    case CutlassFold::under_other_half: return "fold each half under the other's wgmma (fp8moe's mainloop)";
-    case CutlassFold::after_mma: break;
-  }
-  return "fold after each wgmma";
-}
+const char* cutlass_schedule_name(CutlassSchedule s) { return names_of(kScheduleNames, s).words; }
+const char* cutlass_fold_name(CutlassFold f) { return names_of(kFoldNames, f).words; }
 const char* cutlass_raster_name(CutlassRaster r) { return r == CutlassRaster::along_n ? "along N" : "along M"; }
 const char* cutlass_cluster_name(CutlassCluster c) { return c == CutlassCluster::m2n1 ? "2x1x1" : "1x2x1"; }
-const char* cutlass_sass_name(CutlassSass s) {
-  switch (s) {
-    case CutlassSass::yield_all: return "every fold FFMA yielding";
-    case CutlassSass::yield_none: return "no fold FFMA yielding";
-    case CutlassSass::yield_head: return "the fold's first half of FFMAs yielding";
-    case CutlassSass::as_compiled: break;
-  }
-  return "SASS as compiled";
-}
+const char* cutlass_sass_name(CutlassSass s) { return names_of(kSassNames, s).words; }
 
 std::span<const CutlassBuiltKernel> cutlass_built_kernels() { return kBuilt; }
 
@@ -119,7 +128,7 @@ std::string cutlass_unsupported(const QuantOptions& q, OutDtype out) {
 }
 
 std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
-  return cat("tile ", k.schedule == CutlassSchedule::pingpong ? 64 : 128, "x", k.tile_n, "x128, cluster ",
+  return cat("tile ", tile_m(k.schedule), "x", k.tile_n, "x128, cluster ",
              cutlass_cluster_name(k.cluster), ", ",
              cutlass_schedule_name(k.schedule), ", ", cutlass_fold_name(k.fold), ", raster ", cutlass_raster_name(k.raster),
              " swizzle ", k.swizzle, k.sass == CutlassSass::as_compiled ? "" : cat(", ", cutlass_sass_name(k.sass)),
@@ -127,20 +136,11 @@ std::string cutlass_config_name(ScaleKind kind, const CutlassKernel& k) {
 }
 
 std::string cutlass_short_name(const CutlassKernel& k, bool walk) {
-  const char* fold = k.fold == CutlassFold::under_next_mma     ? "ov"
-                     : k.fold == CutlassFold::after_mma_own    ? "f1"
-                     : k.fold == CutlassFold::under_other_half ? "hv"
-                                                               : "cl";
-  const char* schedule = k.schedule == CutlassSchedule::pingpong             ? "pp"
-                         : k.schedule == CutlassSchedule::cooperative_direct ? "cd"
-                                                                             : "co";
-  return cat(schedule, "/", fold,
+  const char* sass = names_of(kSassNames, k.sass).code;
+  return cat(names_of(kScheduleNames, k.schedule).code, "/", names_of(kFoldNames, k.fold).code,
              walk ? cat("/", k.raster == CutlassRaster::along_n ? "N" : "M", k.swizzle) : std::string(),
              k.cluster == CutlassCluster::m2n1 ? "/2x1" : "", k.tile_n != 128 ? cat("/n", k.tile_n) : std::string(),
-             k.sass == CutlassSass::yield_all    ? "/ya"
-             : k.sass == CutlassSass::yield_none ? "/yn"
-             : k.sass == CutlassSass::yield_head ? "/yh"
-                                                 : "");
+             *sass != '\0' ? "/" : "", sass);
 }
 
 CutlassKernel cutlass_choose(ScaleKind kind, OutDtype out, std::int64_t m, std::int64_t n) {
