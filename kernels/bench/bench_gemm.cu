@@ -424,11 +424,18 @@ void bench_gemms(Run& run, bool cutlass_tune, const std::string& only, const std
   std::printf("\n| backend          | pass  | (E,   Me,    N,    K) | median ms | TFLOP/s  | baseline   | ratio  |     wrong | checked as\n");
   std::printf("|------------------|-------|-----------------------|-----------|----------|------------|--------|-----------|-----------\n");
   CublasLtGrouped lt;
-  for (const Shape& s : shapes.empty() ? default_bench_shapes() : shapes) {
-    if (!shapes.empty()) std::fprintf(stderr, "fp8moe bench: %s\n", shape_name("GEMMs at", s).c_str());
-    bench_cublaslt(run, lt, s, cutlass_tune, only);
+  const std::vector<BenchShape> todo = shapes.empty() ? default_bench_shapes() : shapes;
+  // Progress on stderr, one line per shape (a tuning sweep runs minutes per shape).
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    std::fprintf(stderr, "fp8moe bench: %s (shape %zu of %zu)\n", shape_name("GEMMs at", todo[i]).c_str(), i + 1,
+                 todo.size());
+    bench_cublaslt(run, lt, todo[i], cutlass_tune, only);
   }
-  if (shapes.empty()) bench_cuda_cores(run, Shape{4, 1024, 1024, 1024});  // with --shape, only the shapes asked for
+  if (shapes.empty()) {  // with --shape, only the shapes asked for
+    const Shape simt{4, 1024, 1024, 1024};
+    std::fprintf(stderr, "fp8moe bench: %s\n", shape_name("CUDA-core GEMMs at", simt).c_str());
+    bench_cuda_cores(run, simt);
+  }
 }
 
 }  // namespace fp8moe::kernels::bench
