@@ -85,10 +85,8 @@ struct Config {
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using KernelSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                              cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpilogueSchedule = cute::conditional_t<
-      kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
-      cute::conditional_t<kSchedule == CutlassSchedule::cooperative_direct, cutlass::epilogue::PtrArrayNoSmemWarpSpecialized,
-                          cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>>;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -321,10 +319,8 @@ void run(std::span<const CutlassGroup> groups, const CutlassKernel& k, CutlassSc
   f.beta_ptr = nullptr;
   f.alpha_ptr_array = nullptr;
   f.beta_ptr_array = nullptr;
-  if constexpr (requires { f.dAlpha; }) {  // the TMA epilogues' fusion arguments; the direct one's has none
-    f.dAlpha = {cute::_0{}, cute::_0{}, 0};
-    f.dBeta = {cute::_0{}, cute::_0{}, 0};
-  }
+  f.dAlpha = {cute::_0{}, cute::_0{}, 0};
+  f.dBeta = {cute::_0{}, cute::_0{}, 0};
   using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
   args.scheduler.raster_order = k.raster == CutlassRaster::along_n ? Raster::AlongN : Raster::AlongM;
   args.scheduler.max_swizzle_size = k.swizzle;

@@ -34,11 +34,11 @@ enum class ScaleKind { act_weight, act_act };
 
 // The kernel schedule: cooperative (two consumer warpgroups share a 128 x tile_n tile; every
 // output type), ping-pong (each warpgroup its own 64 x tile_n tile, one's epilogue under the
-// other's mainloop; instantiated for bf16 output), or cooperative with its epilogue stored straight
-// from the accumulator registers (CUTLASS's PtrArrayNoSmemWarpSpecialized: no shared-memory staging,
-// no TMA store, no barrier between the consumer warpgroups; a warp's stores drain while it starts
-// the next tile's wgmmas). All are the same arithmetic per output element.
-enum class CutlassSchedule { cooperative, pingpong, cooperative_direct };
+// other's mainloop; instantiated for bf16 output). The same arithmetic per output element. (An
+// epilogue stored straight from the accumulator registers, CUTLASS's PtrArrayNoSmemWarpSpecialized,
+// was bitwise but 12-43 % slower on every bench shape on the H100: results/bench/
+// 2026-12-07-cutlass-round16; removed.)
+enum class CutlassSchedule { cooperative, pingpong };
 // Where the mainloop folds a 128-K block's partial into the accumulator: right after its own
 // wgmma (CUTLASS's collective), under the next block's wgmma (fp8moe's mainloop with two partials,
 // kernels/cutlass_overlap.cuh), or right after its own wgmma in fp8moe's mainloop (one partial, the

@@ -64,9 +64,7 @@ struct Names {
   const char* code;
   const char* words;
 };
-constexpr Names kScheduleNames[] = {{"co", "cooperative"},
-                                    {"pp", "ping-pong"},
-                                    {"cd", "cooperative, epilogue stored from registers"}};
+constexpr Names kScheduleNames[] = {{"co", "cooperative"}, {"pp", "ping-pong"}};
 constexpr Names kFoldNames[] = {{"cl", "fold after each wgmma"},
                                 {"ov", "fold under the next wgmma"},
                                 {"f1", "fold after each wgmma (fp8moe's mainloop)"},
@@ -75,7 +73,7 @@ constexpr Names kSassNames[] = {{"", "SASS as compiled"},
                                 {"ya", "every fold FFMA yielding"},
                                 {"yn", "no fold FFMA yielding"},
                                 {"yh", "the fold's first half of FFMAs yielding"}};
-static_assert(std::size(kScheduleNames) == static_cast<std::size_t>(CutlassSchedule::cooperative_direct) + 1);
+static_assert(std::size(kScheduleNames) == static_cast<std::size_t>(CutlassSchedule::pingpong) + 1);
 static_assert(std::size(kFoldNames) == static_cast<std::size_t>(CutlassFold::under_other_half) + 1);
 static_assert(std::size(kSassNames) == static_cast<std::size_t>(CutlassSass::yield_head) + 1);
 

@@ -212,14 +212,14 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
   CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::fp32, 2048, 5120) ==
         CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma, CutlassRaster::along_m, 2});
   CHECK(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 4096, 4096).raster == CutlassRaster::along_m);  // a tie walks M
-  // Row names: the schedule first (co, pp, cd), then the fold, the walk, the cluster, the width.
+  // Row names: the schedule first (co, pp), then the fold, the walk, the cluster, the width.
   CHECK(kernels::cutlass_short_name(cutlass_choose(ScaleKind::act_weight, OutDtype::bf16, 8192, 4096), true) == "co/f1/N1/2x1/n192");
-  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::cooperative_direct, CutlassFold::after_mma_own,
+  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::cooperative, CutlassFold::under_other_half,
                                                   CutlassRaster::along_m, 2, CutlassCluster::m2n1, 192},
-                                    true) == "cd/f1/M2/2x1/n192");
+                                    true) == "co/hv/M2/2x1/n192");
   CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::pingpong}, false) == "pp/ov");
-  CHECK(kernels::cutlass_config_name(ScaleKind::act_act, CutlassKernel{CutlassSchedule::cooperative_direct})
-            .find("cooperative, epilogue stored from registers") != std::string::npos);
+  CHECK(kernels::cutlass_config_name(ScaleKind::act_act, CutlassKernel{CutlassSchedule::pingpong})
+            .find("tile 64x128x128, cluster 1x2x1, ping-pong, fold under the next wgmma") != std::string::npos);
   // Every choice is built, for both output types, at square, tall and wide outputs and at one row.
   for (ScaleKind kind : {ScaleKind::act_act, ScaleKind::act_weight}) {
     for (OutDtype out : {OutDtype::bf16, OutDtype::fp32}) {
