@@ -16,13 +16,13 @@ mkdir -p "$out"
 tar -C "$pack" -xJf "$pack/gpu-bins.tar.xz"
 { echo "# pack commit $(cat "$pack/commit")"; nvidia-smi --query-gpu=name,uuid,driver_version --format=csv; } >"$out/device.log"
 profile() {  # name regex skip
-  timeout 120 ncu --clock-control none --kernel-name-base mangled -k "regex:$2" --launch-skip "$3" --launch-count 1 \
+  timeout 90 ncu --clock-control none --kernel-name-base mangled -k "regex:$2" --launch-skip "$3" --launch-count 1 \
     --section SourceCounters --section WarpStateStats --section SpeedOfLight --section ComputeWorkloadAnalysis --kill 1 \
     -o "$out/$1" "$bin/fp8moe" bench --no-quant --shape 4,8192,4096,7168 --cutlass-only co/hv/N1 --warmup 0 --runs 1 \
     >"$out/$1-run.log" 2>&1
   echo "$1 ncu ($2, skip $3) rc=$?"
 }
-for job in "hvfwd:FoldMainloop.*ScaleKindE0ELb1E:4" "wgrad:FoldMainloop.*ScaleKindE1E:11"; do
+for job in "wgrad:FoldMainloop.*ScaleKindE1E:11" "hvfwd:FoldMainloop.*ScaleKindE0ELb1E:4"; do
   IFS=: read -r name regex skip <<<"$job"
   profile "$name" "$regex" 1
   [[ -f $out/$name.ncu-rep ]] || profile "$name" FoldMainloop "$skip"
