@@ -218,6 +218,10 @@ TEST_CASE("cuda-cutlass's kernel table and per-shape choice: host code, checked 
                                                   CutlassRaster::along_m, 2, CutlassCluster::m2n1, 192},
                                     true) == "co/hv/M2/2x1/n192");
   CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::pingpong}, false) == "pp/ov");
+  CHECK(kernels::cutlass_short_name(CutlassKernel{CutlassSchedule::cooperative, CutlassFold::after_mma_own,
+                                                  CutlassRaster::along_m, 1, CutlassCluster::m2n1, 192,
+                                                  kernels::CutlassSass::yield_head},
+                                    false) == "co/f1/2x1/n192/yh");
   CHECK(kernels::cutlass_config_name(ScaleKind::act_act, CutlassKernel{CutlassSchedule::pingpong})
             .find("tile 64x128x128, cluster 1x2x1, ping-pong, fold under the next wgmma") != std::string::npos);
   // Every choice is built, for both output types, at square, tall and wide outputs and at one row.
